@@ -1,0 +1,78 @@
+"""The `evalfleet` command. Each package contributes its subcommands through a `register(subparsers)`
+function in its `commands` module; handlers import heavy dependencies lazily so `--help` stays fast."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from evalfleet import __version__
+from evalfleet.errors import UserError
+
+COMMAND_MODULES = (
+    "evalfleet.experiment.commands",  # overrides, plan, variations
+    "evalfleet.execution.commands",  # run, runner, submit, watchdog
+    "evalfleet.serving.commands",  # serve
+    "evalfleet.outputs.commands",  # collect, report
+    "evalfleet.analysis.commands",  # plot, sensitivity, compare, power
+)
+
+# Arena users type underscores; accept them as aliases of the dashed flags.
+FLAG_ALIASES = {
+    "--experiment_cfg": "--experiment-cfg",
+    "--dry_run": "--dry-run",
+    "--list_overrides": "--list-overrides",
+    "--shard_size": "--shard-size",
+    "--ray_address": "--ray-address",
+    "--episode_results": "--episode-results",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="evalfleet", description="Evaluate robot-manipulation policies in simulation at scale."
+    )
+    parser.add_argument("--version", action="version", version=f"evalfleet {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                continue  # that package has no commands yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def normalise_argv(argv: list[str]) -> list[str]:
+    out = []
+    for arg in argv:
+        flag, eq, value = arg.partition("=")
+        if flag in FLAG_ALIASES:
+            arg = FLAG_ALIASES[flag] + eq + value
+        out.append(arg)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = normalise_argv(list(sys.argv[1:] if argv is None else argv))
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return 2
+    try:
+        code = args.handler(args)
+    except UserError as exc:
+        print(f"evalfleet: error: {exc.line()}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("evalfleet: interrupted", file=sys.stderr)
+        return 130
+    return int(code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
