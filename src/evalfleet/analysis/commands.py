@@ -1,0 +1,238 @@
+"""Analysis subcommands: plot, sensitivity, compare, power. They read episode records only."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from evalfleet.errors import UserError
+
+INPUT_HELP = "an output folder (searched recursively), a .tar/.tar.gz archive or an episode_results .jsonl file"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plot", help="grouped success-rate bars with 95%% intervals (and average progress)",
+                       description="Grouped success-rate bars: tasks on the x axis, one bar per policy, 95%% Wilson "
+                                   "whiskers, N/A for a missing task/policy pair. Writes PNG + JSON.")
+    p.add_argument("inputs", nargs="+", metavar="DIR", help=INPUT_HELP)
+    p.add_argument("--output", "-o", help="image file (default DIR/plots/success_rates.png)")
+    p.add_argument("--policies", nargs="+", metavar="POLICY",
+                   help="policies to show, in this order; also Arena's rule: a Run named <task>_<policy> belongs to "
+                        "<policy> when records carry no policy tag")
+    p.add_argument("--runs", nargs="+", metavar="RUN", help="only these runs")
+    p.add_argument("--title", help="plot title")
+    p.set_defaults(handler=cmd_plot)
+
+    s = sub.add_parser("sensitivity", help="outcome against variation factors, policies overlaid",
+                       description="For each factor: binned rates with 95%% intervals and a logistic fit with a 95%% "
+                                   "band (categorical factors as bars), every policy overlaid, a matched control arm "
+                                   "(variation disabled) as a band. Writes PNG + JSON.")
+    s.add_argument("inputs", nargs="*", metavar="DIR", help=INPUT_HELP)
+    s.add_argument("--episode-results", nargs="+", action="extend", default=[], metavar="FILE",
+                   help="record file(s) to read (Arena's --episode_results)")
+    s.add_argument("--factors", nargs="+", required=True, metavar="KEY",
+                   help="variation keys (asset.variation), a vector component (asset.variation.x) or a unique last part")
+    s.add_argument("--outcome", default="success", help="success (default) or a numeric record key such as progress")
+    s.add_argument("--runs", nargs="+", metavar="RUN", help="only these runs")
+    s.add_argument("--policies", nargs="+", metavar="POLICY", help="policies to overlay (tag or Run-name suffix)")
+    s.add_argument("--method", choices=("binned", "logistic", "both"), default="both",
+                   help="binned rates, the fitted curve, or both (default)")
+    s.add_argument("--bins", type=int, default=6, help="bins per numeric factor (default 6)")
+    s.add_argument("--output", "-o", help="image file (default DIR/plots/sensitivity.png); numbers go to the same "
+                                          "name with .json")
+    s.set_defaults(handler=cmd_sensitivity)
+
+    c = sub.add_parser("compare", help="each policy against a baseline: paired McNemar or z test, Holm-corrected",
+                       description="Per task and pooled: each policy's success-rate difference from the baseline, "
+                                   "exact McNemar on (task, seed) pairs when the arms share seeds, else a "
+                                   "two-proportion z test; Holm correction across all tests. Prints a table, writes JSON.")
+    c.add_argument("inputs", nargs="+", metavar="DIR", help=INPUT_HELP)
+    c.add_argument("--baseline", required=True, metavar="POLICY", help="the policy the others are compared with")
+    c.add_argument("--policies", nargs="+", metavar="POLICY", help="policies to compare (default: all)")
+    c.add_argument("--runs", nargs="+", metavar="RUN", help="only these runs")
+    c.add_argument("--alpha", type=float, default=0.05, help="family-wise error rate (default 0.05)")
+    c.add_argument("--output", "-o", help="JSON file (default DIR/plots/compare_<baseline>.json)")
+    c.set_defaults(handler=cmd_compare)
+
+    w = sub.add_parser("power", help="episodes per arm needed to detect a success-rate difference",
+                       description="Episodes per arm for a two-sided two-proportion z test (normal approximation).")
+    w.add_argument("--p1", type=float, required=True, help="success rate of one arm, e.g. 0.6")
+    w.add_argument("--p2", type=float, required=True, help="success rate of the other arm, e.g. 0.7")
+    w.add_argument("--alpha", type=float, default=0.05, help="two-sided significance level (default 0.05)")
+    w.add_argument("--power", type=float, default=0.8, help="probability of detecting the difference (default 0.8)")
+    w.set_defaults(handler=cmd_power)
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+
+def _where(inputs: list[str]) -> str:
+    return ", ".join(inputs)
+
+
+def _default_dir(inputs: list[str]) -> Path:
+    first = Path(inputs[0])
+    return first if first.is_dir() else first.resolve().parent
+
+
+def _load(inputs: list[str], runs: list[str] | None, policies: list[str] | None):
+    from evalfleet.analysis.grouping import assign_arms, filter_runs
+    from evalfleet.analysis.loading import load_records
+
+    record_set = load_records(inputs)
+    where = _where(inputs)
+    records = filter_runs(record_set.rated, runs, where=where)
+    if not records:
+        raise UserError(
+            f"all {record_set.n_errors} records are infrastructure errors (status: error); no outcome to analyse",
+            where=where,
+        )
+    labelled = assign_arms(records, policies, where=where)
+    return record_set, labelled
+
+
+def _check_output(path: Path, suffixes: tuple[str, ...], flag: str = "--output") -> None:
+    if path.suffix.lower() not in suffixes:
+        raise UserError(f"expected a file ending in {' or '.join(suffixes)}, got {path.name!r}",
+                        where="command line", key=flag)
+    if path.exists() and path.is_dir():
+        raise UserError("is a folder; give a file name", where=str(path), key=flag)
+
+
+IMAGE_SUFFIXES = (".png", ".pdf", ".svg")
+
+
+# ---------------------------------------------------------------------------------------------- plot
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from evalfleet.analysis.grouping import UNTAGGED, ordered_policies, ordered_tasks
+    from evalfleet.analysis.plots import cells_json, grouped_bar_plot, progress_cells, success_cells, write_json
+
+    output = Path(args.output) if args.output else _default_dir(args.inputs) / "plots" / "success_rates.png"
+    _check_output(output, IMAGE_SUFFIXES)
+    record_set, labelled = _load(args.inputs, args.runs, args.policies)
+    tasks = ordered_tasks(labelled)
+    policies = ordered_policies(labelled, args.policies)
+    cells = success_cells(labelled)
+    n = len(labelled)
+    title = args.title or f"Success rate with 95% Wilson interval ({n} episodes" + (
+        f", {record_set.n_errors} infrastructure errors excluded)" if record_set.n_errors else ")")
+    size = grouped_bar_plot(cells, tasks, policies, output, ylabel="success rate", title=title)
+    summary: dict[str, Any] = {"kind": "success_rate", "interval": "wilson95", "episodes": n,
+                               "excluded_errors": record_set.n_errors, "image": str(output),
+                               **cells_json(cells, tasks, policies)}
+    json_path = output.with_suffix(".json")
+    write_json(json_path, summary)
+    print(f"wrote {output} ({size[0]}x{size[1]} px, {len(tasks)} tasks x {len(policies)} policies) and {json_path}")
+    if UNTAGGED in policies:
+        print("note: some records carry no policy tag; pass --policies SUFFIX ... to split Run names like "
+              "<task>_<policy> (Arena's rule)")
+    progress = progress_cells(labelled)
+    if progress:
+        stem = output.stem.replace("success_rates", "average_progress")
+        progress_out = output.with_name((stem if stem != output.stem else stem + "_progress") + output.suffix)
+        grouped_bar_plot(progress, tasks, policies, progress_out, ylabel="average progress",
+                         title=f"Average progress with 95% interval ({sum(c.n for c in progress.values())} episodes)")
+        write_json(progress_out.with_suffix(".json"),
+                   {"kind": "average_progress", "interval": "normal95", **cells_json(progress, tasks, policies)})
+        print(f"wrote {progress_out}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- sensitivity
+
+
+def cmd_sensitivity(args: argparse.Namespace) -> int:
+    from evalfleet.analysis import sensitivity as sens
+    from evalfleet.analysis.grouping import ordered_policies
+    from evalfleet.analysis.plots import write_json
+
+    inputs = list(args.inputs) + list(args.episode_results)
+    if not inputs:
+        raise UserError("give an output folder or --episode-results FILE.jsonl", where="command line")
+    if args.bins < 1:
+        raise UserError(f"--bins must be at least 1, got {args.bins}", where="command line", key="--bins")
+    output = Path(args.output) if args.output else _default_dir(inputs) / "plots" / "sensitivity.png"
+    _check_output(output, IMAGE_SUFFIXES)
+    where = _where(inputs)
+    record_set, labelled = _load(inputs, args.runs, args.policies)
+    records = [rec for _, rec in labelled]
+    outcome = sens.resolve_outcome(args.outcome, records, where=where)
+    specs = sens.resolve_factors(args.factors, sens.catalog(records), where=where)
+    policies = ordered_policies(labelled, args.policies)
+    panels = sens.analyse(labelled, specs, outcome, policies, method=args.method, bins=args.bins)
+    title = f"Sensitivity of {outcome.name} ({len(records)} episodes; policies: {', '.join(policies)})"
+    size = sens.plot(panels, policies, outcome, output, title)
+    json_path = output.with_suffix(".json")
+    write_json(json_path, {
+        "outcome": outcome.name, "outcome_kind": outcome.kind, "method": args.method, "bins": args.bins,
+        "episodes": len(records), "excluded_errors": record_set.n_errors, "policies": policies,
+        "sources": record_set.sources, "image": str(output), "panels": panels,
+    })
+    print(f"wrote {output} ({size[0]}x{size[1]} px, {len(panels)} panels) and {json_path}")
+    for panel in panels:
+        for policy, entry in panel["policies"].items():
+            fit = entry.get("fit")
+            if fit and fit.get("slope") is not None:
+                lo, hi = fit["slope_ci"]
+                print(f"  {panel['label']} / {policy}: slope {fit['slope']:+.4g} per unit "
+                      f"[{lo:+.4g}, {hi:+.4g}] ({fit['model']}, n={fit['n']})")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- compare
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from evalfleet.analysis.compare import compare, print_table
+    from evalfleet.analysis.grouping import ordered_policies
+    from evalfleet.analysis.plots import write_json
+
+    if not 0 < args.alpha < 1:
+        raise UserError(f"--alpha must lie between 0 and 1, got {args.alpha}", where="command line", key="--alpha")
+    output = Path(args.output) if args.output else _default_dir(args.inputs) / "plots" / f"compare_{args.baseline}.json"
+    _check_output(output, (".json",))
+    wanted = None
+    if args.policies:
+        wanted = list(dict.fromkeys([args.baseline, *args.policies]))
+    record_set, labelled = _load(args.inputs, args.runs, wanted)
+    policies = ordered_policies(labelled, wanted)
+    if args.baseline not in policies:
+        raise UserError(f"no records for baseline policy {args.baseline!r}; policies present: {', '.join(policies)}",
+                        where=_where(args.inputs), key="--baseline")
+    if len(policies) < 2:
+        raise UserError(f"only policy {args.baseline!r} has records; compare needs a second policy",
+                        where=_where(args.inputs), key="--baseline")
+    # the baseline first, then the rest in their order
+    policies = [args.baseline] + [p for p in policies if p != args.baseline]
+    result = compare(labelled, args.baseline, policies, alpha=args.alpha)
+    result["excluded_errors"] = record_set.n_errors
+    print_table(result)
+    write_json(output, result)
+    print(f"wrote {output}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- power
+
+
+def cmd_power(args: argparse.Namespace) -> int:
+    from evalfleet.analysis.stats import episodes_per_arm
+
+    for name in ("p1", "p2"):
+        value = getattr(args, name)
+        if not 0 < value < 1:
+            raise UserError(f"--{name} must lie strictly between 0 and 1, got {value}", where="command line", key=f"--{name}")
+    if args.p1 == args.p2:
+        raise UserError("--p1 and --p2 are equal; no episode count detects a zero difference", where="command line")
+    for name in ("alpha", "power"):
+        value = getattr(args, name)
+        if not 0 < value < 1:
+            raise UserError(f"--{name} must lie strictly between 0 and 1, got {value}", where="command line", key=f"--{name}")
+    n = episodes_per_arm(args.p1, args.p2, args.alpha, args.power)
+    print(f"{n} episodes per arm ({2 * n} in all) detect success rates {args.p1:g} vs {args.p2:g} with power "
+          f"{args.power:g} at two-sided alpha {args.alpha:g} (two-proportion z test). Paired episodes (same seeds, "
+          f"exact McNemar) usually need fewer.")
+    return 0

@@ -1,0 +1,138 @@
+"""Grouped success-rate bars (tasks on the x axis, one bar per policy, 95% Wilson whiskers, "N/A" where a
+task/policy pair has no records) and the same layout for average progress."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evalfleet.analysis.grouping import Arm
+from evalfleet.analysis.stats import mean_interval, wilson_interval
+
+DPI = 100
+HEIGHT_PX = 520
+
+
+def plot_size_px(n_tasks: int, n_policies: int) -> tuple[int, int]:
+    """Pixel size of a grouped bar plot: wide enough for every bar, never narrower than 720 px."""
+    width = 160 + n_tasks * (40 + 44 * max(n_policies, 1))
+    return (max(720, min(width, 6000)), HEIGHT_PX)
+
+
+@dataclass
+class Cell:
+    n: int
+    value: float  # success rate or mean progress
+    lower: float
+    upper: float
+    successes: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"n": self.n, "value": self.value, "ci": [self.lower, self.upper]}
+        if self.successes is not None:
+            out["successes"] = self.successes
+        return out
+
+
+def success_cells(labelled: list[tuple[Arm, dict[str, Any]]]) -> dict[Arm, Cell]:
+    counts: dict[Arm, list[int]] = {}
+    for arm, rec in labelled:
+        c = counts.setdefault(arm, [0, 0])
+        c[0] += rec["status"] == "success"
+        c[1] += 1
+    cells = {}
+    for arm, (s, n) in counts.items():
+        lo, hi = wilson_interval(s, n)
+        cells[arm] = Cell(n=n, value=s / n, lower=lo, upper=hi, successes=s)
+    return cells
+
+
+def progress_cells(labelled: list[tuple[Arm, dict[str, Any]]]) -> dict[Arm, Cell]:
+    values: dict[Arm, list[float]] = {}
+    for arm, rec in labelled:
+        v = rec.get("progress")
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            values.setdefault(arm, []).append(float(v))
+    cells = {}
+    for arm, vs in values.items():
+        mean, lo, hi = mean_interval(vs)
+        cells[arm] = Cell(n=len(vs), value=mean, lower=lo, upper=hi)
+    return cells
+
+
+def grouped_bar_plot(
+    cells: dict[Arm, Cell],
+    tasks: list[str],
+    policies: list[str],
+    output: Path,
+    *,
+    ylabel: str,
+    title: str,
+    percent: bool = True,
+) -> tuple[int, int]:
+    """Draw and save the plot; returns its pixel size."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    width_px, height_px = plot_size_px(len(tasks), len(policies))
+    fig, ax = plt.subplots(figsize=(width_px / DPI, height_px / DPI), dpi=DPI)
+    try:
+        n_pol = max(len(policies), 1)
+        bar_w = 0.8 / n_pol
+        colours = plt.get_cmap("tab10")
+        top = 1.0
+        for j, policy in enumerate(policies):
+            xs, ys, err_lo, err_hi = [], [], [], []
+            for i, task in enumerate(tasks):
+                x = i - 0.4 + bar_w * (j + 0.5)
+                cell = cells.get(Arm(task, policy))
+                if cell is None:
+                    ax.text(x, 0.02, "N/A", ha="center", va="bottom", rotation=90, fontsize=8, color="0.4")
+                    continue
+                xs.append(x)
+                ys.append(cell.value)
+                err_lo.append(max(cell.value - cell.lower, 0.0))
+                err_hi.append(max(cell.upper - cell.value, 0.0))
+                top = max(top, cell.upper)
+                text = f"{cell.value:.0%}" if percent else f"{cell.value:.2f}"
+                ax.text(x, cell.upper + 0.01, f"{text}\nn={cell.n}", ha="center", va="bottom", fontsize=7)
+            ax.bar(xs, ys, bar_w * 0.95, label=policy, color=colours(j % 10), yerr=[err_lo, err_hi], capsize=3,
+                   error_kw={"elinewidth": 1, "ecolor": "0.15"})
+        ax.set_xticks(range(len(tasks)))
+        ax.set_xticklabels(tasks, rotation=30 if len(tasks) > 3 else 0, ha="right" if len(tasks) > 3 else "center",
+                           fontsize=8)
+        ax.set_xlim(-0.6, len(tasks) - 0.4)
+        ax.set_ylim(0, top * 1.18)
+        if percent:
+            ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=10)
+        ax.legend(title="policy", fontsize=8, loc="upper right")
+        ax.grid(axis="y", alpha=0.3)
+        fig.tight_layout()
+        output.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(output, dpi=DPI)
+    finally:
+        plt.close(fig)
+    return width_px, height_px
+
+
+def cells_json(cells: dict[Arm, Cell], tasks: list[str], policies: list[str]) -> dict[str, Any]:
+    return {
+        "tasks": tasks,
+        "policies": policies,
+        "cells": [
+            {"task": t, "policy": p, **(cells[Arm(t, p)].to_json() if Arm(t, p) in cells else {"n": 0, "value": None})}
+            for t in tasks
+            for p in policies
+        ],
+    }
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n", encoding="utf-8")
