@@ -17,6 +17,7 @@ class Entry(Generic[T]):
     factory: Callable[..., T]
     options: type[BaseModel] | None  # validates the type's options; None: passed through untyped
     summary: str = ""
+    info: Any = None  # what else the kind of registry keeps per entry (e.g. an environment's variations)
 
 
 class Registry(Generic[T]):
@@ -25,10 +26,10 @@ class Registry(Generic[T]):
         self._entries: dict[str, Entry[T]] = {}
 
     def register(
-        self, name: str, *, options: type[BaseModel] | None = None, summary: str = ""
+        self, name: str, *, options: type[BaseModel] | None = None, summary: str = "", info: Any = None
     ) -> Callable[[Callable[..., T]], Callable[..., T]]:
         def decorate(factory: Callable[..., T]) -> Callable[..., T]:
-            self._entries[name] = Entry(name, factory, options, summary)
+            self._entries[name] = Entry(name, factory, options, summary, info)
             return factory
 
         return decorate

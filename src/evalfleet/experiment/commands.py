@@ -1,0 +1,131 @@
+"""`evalfleet overrides`, `evalfleet plan`, `evalfleet variations`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add_experiment_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("experiment", nargs="?", metavar="EXP.yaml", help="the Experiment file")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides, e.g. runs.NAME.rollout_limit.num_episodes=4")
+    p.add_argument("--experiment-cfg", dest="experiment_cfg", metavar="EXP.yaml", help="the Experiment file (Arena spelling)")
+
+
+def experiment_path(args: argparse.Namespace) -> str:
+    from evalfleet.errors import UserError
+
+    path = args.experiment_cfg or args.experiment
+    if args.experiment_cfg and args.experiment:
+        # With --experiment-cfg the first positional is an override.
+        args.overrides = [args.experiment, *args.overrides]
+    if not path:
+        raise UserError("give an Experiment file: evalfleet COMMAND EXP.yaml [KEY=VALUE ...]", where="command line")
+    return path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("overrides", help="every overridable key with its effective value")
+    add_experiment_args(p)
+    p.set_defaults(handler=cmd_overrides)
+
+    p = sub.add_parser("plan", help="the episode plan: runs, episodes, shards, servers")
+    add_experiment_args(p)
+    p.add_argument("--json", action="store_true", help="print the whole plan, every episode's seed and variations")
+    p.add_argument("--shard-size", type=int, default=None, help="episodes per shard (default: chosen for --workers)")
+    p.add_argument("--workers", type=int, default=None, help="workers the shards are sized for (default: CPU count)")
+    p.set_defaults(handler=cmd_plan)
+
+    p = sub.add_parser("variations", help="the variations an environment type offers")
+    p.add_argument("env_type", nargs="?", help="environment type, e.g. metaworld (default: all)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_variations)
+
+
+def print_overrides(path: str, overrides: list[str]) -> None:
+    from evalfleet.experiment.listing import format_leaves, overridable_leaves
+    from evalfleet.experiment.loading import load_experiment
+
+    loaded = load_experiment(path, overrides)
+    for line in format_leaves(overridable_leaves(loaded.experiment, loaded.document)):
+        print(line)
+    for line in backend_override_lines(loaded):
+        print(line)
+
+
+def backend_override_lines(loaded) -> list[str]:  # noqa: ANN001
+    """Backend settings (osmo.*, ray.*) with their defaults, from backends that declare them."""
+    try:
+        from evalfleet.execution.settings import backend_setting_leaves
+    except ImportError:
+        return []
+    return backend_setting_leaves(loaded.backend_settings)
+
+
+def cmd_overrides(args: argparse.Namespace) -> int:
+    print_overrides(experiment_path(args), args.overrides)
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from evalfleet.errors import UserError
+    from evalfleet.experiment.loading import load_experiment
+    from evalfleet.experiment.plan import make_plan
+
+    path = experiment_path(args)
+    if args.shard_size is not None and args.shard_size <= 0:
+        raise UserError("--shard-size must be a positive number of episodes", where="command line", key="--shard-size")
+    loaded = load_experiment(path, args.overrides)
+    plan = make_plan(loaded, shard_size=args.shard_size, workers=args.workers)
+    if args.json:
+        json.dump(plan.to_json(), sys.stdout, indent=1)
+        print()
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{loaded.experiment.name}: {plan.total_episodes} episodes, {len(plan.shards)} shards")
+    for col in ("run", "task", "policy", "episodes", "envs", "shards", "variations"):
+        table.add_column(col)
+    for rp in plan.runs.values():
+        n = str(rp.num_episodes) if rp.num_episodes else f"until {rp.num_steps} steps"
+        table.add_row(
+            rp.name, rp.task, rp.policy, n, str(rp.run.environment_builder.num_envs),
+            str(sum(1 for s in plan.shards if s.run == rp.name)), ", ".join(rp.samplers) or "-",
+        )
+    console = Console()
+    console.print(table)
+    if plan.servers:
+        for server in plan.servers:
+            console.print(f"server: {json.dumps(server)}")
+    else:
+        console.print("servers: none needed")
+    return 0
+
+
+def cmd_variations(args: argparse.Namespace) -> int:
+    from evalfleet.errors import UserError
+    from evalfleet.plugins import load_registries
+    from evalfleet.sim.base import ENVIRONMENTS
+
+    load_registries()
+    names = [args.env_type] if args.env_type else ENVIRONMENTS.names()
+    out = {}
+    for name in names:
+        entry = ENVIRONMENTS.get(name)
+        if entry is None:
+            raise UserError(f"unknown environment type {name!r}{ENVIRONMENTS.suggest(name)}", where="command line")
+        out[name] = [v.describe() for v in entry.info.variations.values()]
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    for name, variations in out.items():
+        print(f"{name}: {len(variations)} variations")
+        for v in variations:
+            sampler = json.dumps(v["default_sampler"])
+            comps = f" components={','.join(v['components'])}" if "components" in v else ""
+            opts = f" options={json.dumps(v['options'])}" if "options" in v else ""
+            print(f"  {v['name']:<32} {v['kind']:<11} nominal={json.dumps(v['nominal'])} default={sampler}{comps}{opts}")
+            print(f"  {'':<32} {v['description']}")
+    return 0

@@ -1,0 +1,34 @@
+"""Every overridable leaf of an Experiment with its effective value (after merging and defaults)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evalfleet.experiment.overrides import format_value
+from evalfleet.experiment.schema import Experiment
+
+
+def _leaves(prefix: str, value: Any) -> list[tuple[str, Any]]:
+    if isinstance(value, dict) and value:
+        out: list[tuple[str, Any]] = []
+        for k, v in value.items():
+            out.extend(_leaves(f"{prefix}.{k}", v))
+        return out
+    return [(prefix, value)]
+
+
+def overridable_leaves(experiment: Experiment, document: dict[str, Any]) -> list[tuple[str, Any]]:
+    leaves: list[tuple[str, Any]] = [("name", experiment.name), ("seed", experiment.seed)]
+    shared = document.get("shared") or {}
+    for key, value in shared.items():
+        leaves.extend(_leaves(f"shared.{key}", value))
+    for name, run in experiment.runs.items():
+        data = run.model_dump(mode="json", exclude_none=True)
+        # The tags are listed with their derived values, so they can be seen and set.
+        data["task"], data["policy_name"] = run.task_tag(), run.policy_tag()
+        leaves.extend(_leaves(f"runs.{name}", data))
+    return leaves
+
+
+def format_leaves(leaves: list[tuple[str, Any]]) -> list[str]:
+    return [f"{key}={format_value(value)}" for key, value in leaves]

@@ -1,0 +1,283 @@
+"""Experiment file → typed Experiment: read YAML, apply overrides, merge `shared` into every Run,
+validate, then let known environment and policy types validate their own options.
+
+Merge order, lowest first: built-in defaults < `shared` < the Run's own values < command-line overrides.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from evalfleet.errors import UserError
+from evalfleet.experiment.overrides import WHERE as COMMAND_LINE
+from evalfleet.experiment.overrides import Override, parse_override, set_path
+from evalfleet.experiment.schema import RUN_NAME, Experiment, Run, VariationSpec
+
+SPEC_KEYS = set(VariationSpec.model_fields)
+
+
+@dataclass
+class LoadedExperiment:
+    path: str
+    experiment: Experiment
+    document: dict[str, Any]  # the file's document with overrides applied (variations flattened)
+    backend_settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # "osmo" → {key: value}
+    overrides: list[str] = field(default_factory=list)
+
+    def resolved_document(self) -> dict[str, Any]:
+        """The Experiment as run: every Run with `shared` merged in and defaults filled."""
+        exp = self.experiment
+        return {
+            "name": exp.name,
+            "seed": exp.seed,
+            "runs": {name: run.model_dump(mode="json", exclude_none=True) for name, run in exp.runs.items()},
+        }
+
+    def resolved_yaml(self) -> str:
+        return yaml.safe_dump(self.resolved_document(), sort_keys=False)
+
+    def content_hash(self) -> str:
+        return hashlib.sha256(self.resolved_yaml().encode()).hexdigest()
+
+
+def read_document(path: str | Path) -> dict[str, Any]:
+    where = str(path)
+    p = Path(path)
+    if not p.exists():
+        raise UserError("file not found; give the path of an Experiment YAML file", where=where)
+    if p.is_dir():
+        raise UserError("is a folder; give the path of an Experiment YAML file", where=where)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read the file ({exc})", where=where) from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UserError(f"not valid YAML{at}: {problem}", where=where) from None
+    if doc is None:
+        raise UserError("the file is empty; an Experiment needs a top-level `runs:` map", where=where)
+    if not isinstance(doc, dict):
+        raise UserError(
+            f"the top level is a {type(doc).__name__}; an Experiment is a map with `runs:` (and optional `shared:`)",
+            where=where,
+        )
+    return doc
+
+
+def load_experiment(path: str | Path, overrides: Iterable[str] = ()) -> LoadedExperiment:
+    from evalfleet.plugins import load_registries
+
+    load_registries()
+    where = str(path)
+    raw = read_document(path)
+    parsed = [parse_override(o) for o in overrides]
+    backend_settings: dict[str, dict[str, Any]] = {}
+    for o in parsed:
+        if o.is_backend:
+            set_path(backend_settings, o.path, o.value)
+
+    base = _normalise(copy.deepcopy(raw), where)
+    # Validate the file alone first so its own mistakes are reported against the file.
+    _build(base, where)
+    exp_overrides = [o for o in parsed if not o.is_backend]
+    if not exp_overrides:
+        doc = base
+    else:
+        doc = _apply_overrides(base, exp_overrides)
+        try:
+            _build(doc, where)
+        except UserError as exc:
+            raise _blame_override(exc, exp_overrides, base) from None
+    experiment = _build(doc, where)
+    return LoadedExperiment(where, experiment, doc, backend_settings, [o.text for o in parsed])
+
+
+def _normalise(doc: dict[str, Any], where: str) -> dict[str, Any]:
+    if "runs" not in doc:
+        keys = ", ".join(sorted(map(str, doc))) or "none"
+        raise UserError(f"missing the top-level `runs:` map (found keys: {keys})", where=where, key="runs")
+    if not isinstance(doc["runs"], dict):
+        raise UserError("`runs` must be a map of Run name → Run", where=where, key="runs")
+    if "shared" in doc and doc["shared"] is None:
+        doc["shared"] = {}
+    if "shared" in doc and not isinstance(doc["shared"], dict):
+        raise UserError("`shared` must be a map of Run keys", where=where, key="shared")
+    for name, run in doc["runs"].items():
+        if not isinstance(name, str) or not RUN_NAME.match(name):
+            raise UserError(
+                f"bad Run name {name!r}: use letters, digits, '_' and '-', starting with a letter or '_'",
+                where=where,
+                key=f"runs.{name}",
+            )
+        if not isinstance(run, dict):
+            raise UserError("a Run must be a map (environment, policy, rollout_limit, ...)", where=where, key=f"runs.{name}")
+        _flatten_variations(run, where, f"runs.{name}")
+    if isinstance(doc.get("shared"), dict):
+        _flatten_variations(doc["shared"], where, "shared")
+    return doc
+
+
+def _flatten_variations(section: dict[str, Any], where: str, key: str) -> None:
+    """Arena nests `variations.<asset>.<variation>`; evalfleet also takes flat `asset.variation` keys."""
+    variations = section.get("variations")
+    if variations is None:
+        return
+    if not isinstance(variations, dict):
+        raise UserError("`variations` must be a map of asset.variation → {enabled, sampler}", where=where, key=f"{key}.variations")
+    flat: dict[str, Any] = {}
+    for name, value in variations.items():
+        if isinstance(value, dict) and value and not (set(value) & SPEC_KEYS) and all(isinstance(v, dict) for v in value.values()):
+            for sub, spec in value.items():
+                flat[f"{name}.{sub}"] = spec
+        else:
+            flat[str(name)] = value
+    section["variations"] = flat
+
+
+def _deep_merge(low: Any, high: Any) -> Any:
+    if isinstance(low, dict) and isinstance(high, dict):
+        out = dict(low)
+        for k, v in high.items():
+            out[k] = _deep_merge(low[k], v) if k in low else copy.deepcopy(v)
+        return out
+    return copy.deepcopy(high)
+
+
+def _build(doc: dict[str, Any], where: str) -> Experiment:
+    shared = doc.get("shared") or {}
+    _check_shared(shared, where)
+    runs = {name: _deep_merge(shared, run) for name, run in doc["runs"].items()}
+    top = {k: v for k, v in doc.items() if k not in ("runs", "shared")}
+    try:
+        exp = Experiment.model_validate({**top, "runs": runs, "shared": shared})
+    except ValidationError as exc:
+        raise _validation_error(exc, where, Experiment) from None
+    from evalfleet.experiment.validation import validate_types
+
+    for name, run in exp.runs.items():
+        validate_types(run, where, f"runs.{name}")
+    return exp
+
+
+def _check_shared(shared: dict[str, Any], where: str) -> None:
+    for key in shared:
+        if key not in Run.model_fields:
+            raise UserError(_unknown_key_message(str(key), list(Run.model_fields)), where=where, key=f"shared.{key}")
+    for name, spec in (shared.get("variations") or {}).items():
+        try:
+            VariationSpec.model_validate(spec)
+        except ValidationError as exc:
+            raise _validation_error(exc, where, VariationSpec, prefix=("shared", "variations", name)) from None
+
+
+def _unknown_key_message(key: str, valid: Iterable[str]) -> str:
+    valid = list(valid)
+    close = difflib.get_close_matches(key, valid, n=3, cutoff=0.5)
+    hint = f"did you mean {', '.join(close)}?" if close else f"valid keys: {', '.join(valid)}"
+    return f"unknown key {key!r}; {hint}"
+
+
+def _validation_error(exc: ValidationError, where: str, model: type[BaseModel], prefix: tuple[Any, ...] = ()) -> UserError:
+    err = exc.errors()[0]
+    loc = prefix + tuple(err["loc"])
+    # Drop pydantic's union-branch and "[key]" markers from the key path.
+    parts = [str(p) for p in loc if not (isinstance(p, str) and (p.startswith("function-") or p in ("list[float]", "float")))]
+    key = ".".join(parts)
+    if err["type"] == "extra_forbidden":
+        parent = _model_at(model, loc[len(prefix):-1])
+        valid = list(parent.model_fields) if parent else []
+        return UserError(_unknown_key_message(str(loc[-1]), valid), where=where, key=key)
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "missing":
+        msg = "required key is missing"
+    elif "input" in err and err["type"] not in ("value_error",) and not isinstance(err["input"], dict):
+        msg = f"{msg} (got {err['input']!r})"
+    return UserError(msg, where=where, key=key)
+
+
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model class that sits at `loc` under `model` (for listing valid keys)."""
+    import typing
+
+    current: Any = model
+    for part in loc:
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            # dict[str, Model]: the key is a name, the value type is the next model
+            args = typing.get_args(current)
+            current = args[-1] if args else None
+            continue
+        f = current.model_fields.get(str(part))
+        if f is None:
+            return None
+        current = f.annotation
+        args = [a for a in typing.get_args(current) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if args:
+            current = args[0]
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return current
+    args = typing.get_args(current)
+    return args[-1] if args and isinstance(args[-1], type) and issubclass(args[-1], BaseModel) else None
+
+
+def _apply_overrides(base: dict[str, Any], overrides: list[Override]) -> dict[str, Any]:
+    doc = copy.deepcopy(base)
+    for o in overrides:
+        if o.path[0] == "runs":
+            name = o.path[1]
+            if name not in doc["runs"]:
+                close = difflib.get_close_matches(name, list(doc["runs"]), n=3, cutoff=0.4)
+                hint = f"did you mean {', '.join(close)}?" if close else f"Runs: {', '.join(doc['runs'])}"
+                raise UserError(
+                    f"override {o.text!r}: there is no Run named {name!r} (overrides cannot add Runs); {hint}",
+                    where=COMMAND_LINE,
+                )
+        if o.path[0] == "shared" and len(o.path) == 1:
+            raise UserError(f"override {o.text!r}: name a key inside shared, e.g. shared.rollout_limit.num_episodes=4", where=COMMAND_LINE)
+        try:
+            set_path(doc, o.path, o.value)
+        except KeyError as exc:
+            raise UserError(
+                f"override {o.text!r}: {exc.args[0]} is a value, not a map; set it directly", where=COMMAND_LINE
+            ) from None
+        if o.path[0] in ("runs", "shared"):
+            # Re-flatten in case the override wrote a nested asset.variation path.
+            section = doc["runs"][o.path[1]] if o.path[0] == "runs" else doc["shared"]
+            _flatten_variations(section, COMMAND_LINE, ".".join(o.path[:2]))
+    return doc
+
+
+def _blame_override(exc: UserError, overrides: list[Override], base: dict[str, Any]) -> UserError:
+    """A validation error that only appears with the overrides: name the override and nearby valid keys."""
+    key = exc.key or ""
+    culprit = next((o for o in overrides if key.startswith(o.key) or o.key.startswith(key) or _same_run_key(o, key)), None)
+    culprit = culprit or overrides[-1]
+    leaves = [k for k, _ in overridable_leaves_safe(base)]
+    close = difflib.get_close_matches(culprit.key, leaves, n=3, cutoff=0.6)
+    hint = f"; nearest valid keys: {', '.join(close)}" if close else ""
+    return UserError(f"override {culprit.text!r}: {exc.key + ': ' if exc.key else ''}{exc.message}{hint}", where=COMMAND_LINE)
+
+
+def _same_run_key(o: Override, key: str) -> bool:
+    # An error in runs.X.k may come from the override shared.k (merged into every Run).
+    return o.path[0] == "shared" and key.split(".", 2)[-1].startswith(".".join(o.path[1:]))
+
+
+def overridable_leaves_safe(base: dict[str, Any]) -> list[tuple[str, Any]]:
+    from evalfleet.experiment.listing import overridable_leaves
+
+    try:
+        return overridable_leaves(_build(base, "file"), base)
+    except UserError:
+        return []

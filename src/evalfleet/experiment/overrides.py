@@ -1,0 +1,96 @@
+"""Command-line overrides: `KEY=VALUE` with dotted keys and YAML-parsed values."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from evalfleet.errors import UserError
+
+WHERE = "command line"
+PREFIX_ALIASES = ("experiment_cfg.",)
+EXPERIMENT_ROOTS = ("runs", "shared", "seed", "name")
+# Backend settings live under their own prefix; backends validate them (see execution/settings.py).
+BACKEND_ROOTS = ("osmo", "ray", "local")
+
+
+@dataclass(frozen=True)
+class Override:
+    text: str  # as typed, for error messages
+    path: tuple[str, ...]  # without the experiment_cfg. prefix
+    value: Any
+
+    @property
+    def key(self) -> str:
+        return ".".join(self.path)
+
+    @property
+    def is_backend(self) -> bool:
+        return self.path[0] in BACKEND_ROOTS
+
+
+def parse_override(text: str) -> Override:
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise UserError(f"override {text!r} is not KEY=VALUE (e.g. runs.NAME.rollout_limit.num_episodes=4)", where=WHERE)
+    for prefix in PREFIX_ALIASES:
+        if key.startswith(prefix):
+            key = key[len(prefix):]
+    path = tuple(key.split("."))
+    if any(not part for part in path):
+        raise UserError(f"override {text!r} has an empty key segment", where=WHERE)
+    if path[0] not in EXPERIMENT_ROOTS + BACKEND_ROOTS:
+        roots = ", ".join(f"{r}." for r in EXPERIMENT_ROOTS[:2] + BACKEND_ROOTS) + ", seed, name"
+        raise UserError(f"override {text!r}: unknown key {path[0]!r}; keys start with {roots}", where=WHERE)
+    if path[0] in ("seed", "name") and len(path) != 1:
+        raise UserError(f"override {text!r}: {path[0]} has no sub-keys", where=WHERE)
+    if path[0] in ("runs",) and len(path) < 3:
+        raise UserError(f"override {text!r}: name a key inside a Run, e.g. runs.NAME.rollout_limit.num_episodes=4", where=WHERE)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise UserError(f"override {text!r}: value is not valid YAML ({_first_line(exc)})", where=WHERE) from None
+    return Override(text, path, value)
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0]
+
+
+def set_path(doc: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    """Set a dotted path inside nested dicts, creating missing levels. A key that itself contains
+    dots (a flat `asset.variation` name) is matched before splitting further."""
+    node, i = doc, 0
+    while True:
+        j = _longest_key(node, path, i)
+        key = ".".join(path[i:j])
+        if j == len(path):
+            node[key] = copy.deepcopy(value)
+            return
+        child = node.get(key)
+        if child is None:
+            child = node[key] = {}
+        elif not isinstance(child, dict):
+            raise KeyError(".".join(path[:j]))
+        node, i = child, j
+
+
+def _longest_key(node: dict[str, Any], path: tuple[str, ...], start: int) -> int:
+    for end in range(len(path), start, -1):
+        if ".".join(path[start:end]) in node:
+            return end
+    return start + 1
+
+
+def format_value(value: Any) -> str:
+    """A value as YAML that `yaml.safe_load` reads back to the same value, on one line."""
+    text = yaml.safe_dump(value, default_flow_style=True, width=10**9, sort_keys=False).strip()
+    if text.endswith("\n..."):
+        text = text[: -len("\n...")]
+    elif text.endswith("..."):
+        text = text[:-3].strip()
+    return text

@@ -1,0 +1,196 @@
+"""Typed models of an Experiment file. Unknown keys are errors; adapter options pass through untyped
+until the adapter's registry entry validates them (see validation.py)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+RUN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TypedSection(BaseModel):
+    """`environment` or `policy`: a registry `type` plus that type's options (validated by the type)."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str = Field(min_length=1)
+
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class PolicySection(TypedSection):
+    # How many actions of a returned chunk run before the policy is asked again (None: the whole chunk).
+    open_loop_horizon: int | None = Field(default=None, gt=0)
+
+
+class RolloutLimit(Strict):
+    num_episodes: int | None = Field(default=None, gt=0)
+    num_steps: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def exactly_one(self) -> "RolloutLimit":
+        if (self.num_episodes is None) == (self.num_steps is None):
+            raise ValueError("set exactly one of num_episodes or num_steps")
+        return self
+
+
+class EnvironmentBuilder(BaseModel):
+    # Arena's builder carries simulator flags we do not know; known environment types reject extras.
+    model_config = ConfigDict(extra="allow")
+    num_envs: int = Field(default=1, gt=0)
+    seed: int | None = Field(default=None, ge=0)
+
+
+class SamplerCfg(Strict):
+    low: float | list[float]
+    high: float | list[float]
+
+
+Distribution = Literal["uniform", "normal", "choice"]
+
+
+class VariationSpec(BaseModel):
+    """One variation: `enabled` plus a sampler — Arena's `sampler_cfg: {low, high}` or
+    `distribution: uniform (low, high) | normal (mean, std, optional low/high clip) | choice (values)`.
+    Extra keys are the variation's own options, checked by the environment type."""
+
+    model_config = ConfigDict(extra="allow")
+    enabled: bool = False
+    sampler_cfg: SamplerCfg | None = None
+    distribution: Distribution | None = None
+    low: float | list[float] | None = None
+    high: float | list[float] | None = None
+    mean: float | list[float] | None = None
+    std: float | list[float] | None = None
+    values: list[Any] | None = None
+
+    @model_validator(mode="after")
+    def check_sampler(self) -> "VariationSpec":
+        if self.sampler_cfg is not None and (self.distribution is not None or self.low is not None):
+            raise ValueError("give either sampler_cfg or distribution/low/high, not both")
+        low, high = (self.sampler_cfg.low, self.sampler_cfg.high) if self.sampler_cfg else (self.low, self.high)
+        dist = self.distribution or ("uniform" if low is not None or high is not None else None)
+        if dist == "uniform":
+            if low is None or high is None:
+                raise ValueError("a uniform sampler needs both low and high")
+            _check_bounds(low, high)
+        elif dist == "normal":
+            if self.mean is None or self.std is None:
+                raise ValueError("a normal sampler needs mean and std")
+            _same_shape(self.mean, self.std, "mean", "std")
+            if any(s < 0 for s in _as_list(self.std)):
+                raise ValueError("std must be >= 0")
+            if low is not None and high is not None:
+                _check_bounds(low, high)
+        elif dist == "choice":
+            if not self.values:
+                raise ValueError("a choice sampler needs a non-empty `values` list")
+        return self
+
+    def sampler(self) -> dict[str, Any] | None:
+        """The normalised sampler: {"distribution": ..., params} or None when none was given."""
+        if self.sampler_cfg is not None:
+            return {"distribution": "uniform", "low": self.sampler_cfg.low, "high": self.sampler_cfg.high}
+        if self.distribution == "normal":
+            out: dict[str, Any] = {"distribution": "normal", "mean": self.mean, "std": self.std}
+            if self.low is not None and self.high is not None:
+                out.update(low=self.low, high=self.high)
+            return out
+        if self.distribution == "choice":
+            return {"distribution": "choice", "values": self.values}
+        if self.low is not None:
+            return {"distribution": "uniform", "low": self.low, "high": self.high}
+        return None
+
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+def _as_list(v: float | list[float]) -> list[float]:
+    return list(v) if isinstance(v, list) else [v]
+
+
+def _same_shape(a: Any, b: Any, an: str, bn: str) -> None:
+    if isinstance(a, list) != isinstance(b, list) or (isinstance(a, list) and len(a) != len(b)):
+        raise ValueError(f"{an} and {bn} must have the same length (got {a!r} and {b!r})")
+
+
+def _check_bounds(low: Any, high: Any) -> None:
+    _same_shape(low, high, "low", "high")
+    for lo, hi in zip(_as_list(low), _as_list(high)):
+        if lo > hi:
+            raise ValueError(f"low must not exceed high (low={low!r}, high={high!r})")
+
+
+class Recording(Strict):
+    video: bool = False
+    cameras: list[str] = Field(default_factory=list)
+    every_n_episodes: int = Field(default=10, gt=0)
+    fps: int = Field(default=20, gt=0)
+    width: int | None = Field(default=None, gt=0)
+    height: int | None = Field(default=None, gt=0)
+
+
+class Run(Strict):
+    environment: TypedSection
+    policy: PolicySection
+    rollout_limit: RolloutLimit
+    environment_builder: EnvironmentBuilder = Field(default_factory=EnvironmentBuilder)
+    # Flat "asset.variation" → spec (the loader flattens Arena's nested asset → variation form).
+    variations: dict[str, VariationSpec] = Field(default_factory=dict)
+    task: str | None = None
+    policy_name: str | None = None
+    recording: Recording = Field(default_factory=Recording)
+    max_attempts: int = Field(default=3, gt=0)
+    episode_timeout_s: float = Field(default=600.0, gt=0)
+
+    @field_validator("task", "policy_name")
+    @classmethod
+    def non_empty(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("must not be empty")
+        return v
+
+    def task_tag(self) -> str:
+        """The Run's task: explicit `task`, else the environment's `task` option, else its type's stem."""
+        if self.task:
+            return self.task
+        opts = self.environment.options()
+        for key in ("task", "task_name", "env_name"):
+            if isinstance(opts.get(key), str):
+                return opts[key]
+        return _stem(self.environment.type)
+
+    def policy_tag(self) -> str:
+        return self.policy_name or _stem(self.policy.type)
+
+
+def _stem(type_name: str) -> str:
+    """`a/b/banana_in_bowl.yaml` → `banana_in_bowl`; `pkg.mod.Pi0RemotePolicy` → `Pi0RemotePolicy`."""
+    name = type_name.replace("\\", "/").rsplit("/", 1)[-1]
+    for ext in (".yaml", ".yml", ".py"):
+        if name.endswith(ext):
+            return name[: -len(ext)]
+    return name.rsplit(".", 1)[-1] if "." in name else name
+
+
+class Experiment(Strict):
+    name: str = "experiment"
+    seed: int = Field(default=0, ge=0)
+    runs: dict[str, Run]
+    # `shared` is merged into every Run before validation; kept for provenance only.
+    shared: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("runs")
+    @classmethod
+    def some_runs(cls, runs: dict[str, Run]) -> dict[str, Run]:
+        if not runs:
+            raise ValueError("an Experiment needs at least one Run")
+        return runs

@@ -1,0 +1,118 @@
+"""Checks that known environment and policy types make of a Run's options. Types that are not
+installed (an Arena task YAML path, a dotted class path) pass through untyped: they load, plan and
+dry-run; only executing them fails (see `require_executable`)."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from evalfleet.errors import UserError
+from evalfleet.experiment.schema import Run
+
+
+def is_external_type(type_name: str) -> bool:
+    """A path or dotted class path names something outside evalfleet's registries."""
+    return any(c in type_name for c in "./\\:")
+
+
+def _lookup(registry: Any, type_name: str, where: str, key: str) -> Any:
+    entry = registry.get(type_name)
+    if entry is None and not is_external_type(type_name):
+        raise UserError(f"unknown {registry.kind} type {type_name!r}{registry.suggest(type_name)}", where=where, key=key)
+    return entry
+
+
+def _validate_options(model: type[BaseModel], options: dict[str, Any], where: str, key: str) -> None:
+    try:
+        model.model_validate(options)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden":
+            close = difflib.get_close_matches(str(err["loc"][-1]), list(model.model_fields), n=3, cutoff=0.5)
+            hint = f"did you mean {', '.join(close)}?" if close else f"valid keys: {', '.join(model.model_fields)}"
+            msg = f"unknown key {err['loc'][-1]!r}; {hint}"
+        elif err["type"] == "missing":
+            msg = "required key is missing"
+        else:
+            msg = err["msg"].removeprefix("Value error, ") + f" (got {err.get('input')!r})"
+        raise UserError(msg, where=where, key=f"{key}.{loc}" if loc else key) from None
+
+
+def validate_types(run: Run, where: str, key: str) -> None:
+    from evalfleet.policies.base import POLICIES
+    from evalfleet.sim.base import ENVIRONMENTS
+
+    env = _lookup(ENVIRONMENTS, run.environment.type, where, f"{key}.environment.type")
+    if env is not None:
+        if env.options is not None:
+            _validate_options(env.options, run.environment.options(), where, f"{key}.environment")
+        _validate_builder(run, env.info, where, key)
+        _validate_variations(run, env.info, where, key)
+    policy = _lookup(POLICIES, run.policy.type, where, f"{key}.policy.type")
+    if policy is not None and policy.options is not None:
+        _validate_options(policy.options, run.policy.options(), where, f"{key}.policy")
+
+
+def _validate_builder(run: Run, info: Any, where: str, key: str) -> None:
+    for extra in run.environment_builder.model_extra or {}:
+        valid = ", ".join(sorted(info.builder_keys))
+        raise UserError(f"unknown key {extra!r} for environment type {run.environment.type!r}; valid keys: {valid}",
+                        where=where, key=f"{key}.environment_builder.{extra}")
+
+
+def _validate_variations(run: Run, info: Any, where: str, key: str) -> None:
+    for name, spec in run.variations.items():
+        vkey = f"{key}.variations.{name}"
+        variation = info.variations.get(name)
+        if variation is None:
+            close = difflib.get_close_matches(name, list(info.variations), n=3, cutoff=0.5)
+            hint = f"did you mean {', '.join(close)}?" if close else "see `evalfleet variations " + run.environment.type + "`"
+            raise UserError(f"unknown variation {name!r} for {run.environment.type}; {hint}", where=where, key=vkey)
+        if variation.options is not None:
+            _validate_options(variation.options, spec.options(), where, vkey)
+        elif spec.options():
+            extra = next(iter(spec.options()))
+            raise UserError(f"unknown key {extra!r}; a variation takes enabled and a sampler", where=where, key=f"{vkey}.{extra}")
+        sampler = spec.sampler()
+        if sampler is not None:
+            check_sampler_shape(sampler, variation, where, vkey)
+
+
+def check_sampler_shape(sampler: dict[str, Any], variation: Any, where: str, key: str) -> None:
+    if variation.kind == "categorical":
+        if sampler["distribution"] != "choice":
+            raise UserError("a categorical variation needs `distribution: choice` with `values`", where=where, key=key)
+        return
+    if sampler["distribution"] == "choice":
+        return
+    params = [sampler.get(p) for p in ("low", "high", "mean", "std") if sampler.get(p) is not None]
+    for value in params:
+        if variation.kind == "vector":
+            n = len(variation.components)
+            if not isinstance(value, list) or len(value) != n:
+                raise UserError(
+                    f"expected a vector of {n} values ({', '.join(variation.components)}), got {value!r}", where=where, key=key
+                )
+        elif isinstance(value, list):
+            raise UserError(f"expected a single number, got the list {value!r}", where=where, key=key)
+
+
+def require_executable(runs: dict[str, Run], where: str) -> None:
+    """Before executing: every Run's environment and policy type must be installed here."""
+    from evalfleet.policies.base import POLICIES
+    from evalfleet.sim.base import ENVIRONMENTS
+
+    for name, run in runs.items():
+        for registry, section in ((ENVIRONMENTS, "environment"), (POLICIES, "policy")):
+            type_name = getattr(run, section).type
+            if registry.get(type_name) is None:
+                raise UserError(
+                    f"Run {name!r} uses {registry.kind} type {type_name!r}, which is not installed here; "
+                    f"install the package that provides it or use one of: {', '.join(registry.names())}",
+                    where=where,
+                    key=f"runs.{name}.{section}.type",
+                )

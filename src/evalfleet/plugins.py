@@ -1,0 +1,30 @@
+"""Fills the registries: evalfleet's built-in types, then any installed plugin packages that declare
+an `evalfleet.plugins` entry point (a module imported for its registrations)."""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+
+BUILTIN_MODULES = (
+    "evalfleet.sim.metaworld_spec",
+    "evalfleet.policies.builtin",
+    "evalfleet.serving.registrations",
+)
+
+_loaded = False
+
+
+def load_registries() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for name in BUILTIN_MODULES:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+    for ep in entry_points(group="evalfleet.plugins"):
+        ep.load()

@@ -1,0 +1,83 @@
+"""Built-in policies: the Meta-World scripted experts, `random` and `zero`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from evalfleet.policies.base import POLICIES, BasePolicy, PolicyContext
+
+
+class NoOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ChunkOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    chunk_size: int = Field(default=1, gt=0, description="actions returned per call (an action chunk when > 1)")
+
+
+def _validated(model: type[BaseModel], options: Any) -> Any:
+    return options if isinstance(options, model) else model.model_validate(options or {})
+
+
+class ZeroPolicy(BasePolicy):
+    def __init__(self, options: ChunkOptions, context: PolicyContext):
+        self.shape = (options.chunk_size, context.action_dim) if options.chunk_size > 1 else (context.action_dim,)
+
+    def act(self, observation: dict[str, Any], env_id: int = 0) -> np.ndarray:
+        return np.zeros(self.shape, dtype=np.float32)
+
+
+class RandomPolicy(BasePolicy):
+    """Uniform actions in [-1, 1], seeded per episode so an episode replays identically."""
+
+    def __init__(self, options: ChunkOptions, context: PolicyContext):
+        self.chunk_size = options.chunk_size
+        self.action_dim = context.action_dim
+        self._rngs: dict[int, np.random.Generator] = {}
+
+    def reset(self, episode_seed: int, env_id: int = 0) -> None:
+        self._rngs[env_id] = np.random.default_rng([episode_seed, 0x7A11D])
+
+    def act(self, observation: dict[str, Any], env_id: int = 0) -> np.ndarray:
+        rng = self._rngs.setdefault(env_id, np.random.default_rng(0))
+        shape = (self.chunk_size, self.action_dim) if self.chunk_size > 1 else (self.action_dim,)
+        return rng.uniform(-1.0, 1.0, size=shape).astype(np.float32)
+
+
+def expert_class_name(task: str) -> str:
+    """`pick-place-v3` → `SawyerPickPlaceV3Policy` (Meta-World's naming, with its one exception)."""
+    base = task.removesuffix("-v3")
+    special = {"peg-insert-side": "PegInsertionSide"}
+    camel = special.get(base) or "".join(w.capitalize() for w in base.split("-"))
+    return f"Sawyer{camel}V3Policy"
+
+
+class MetaworldExpertPolicy(BasePolicy):
+    """The task's scripted expert from Meta-World, acting on `observation/state`."""
+
+    def __init__(self, options: NoOptions, context: PolicyContext):
+        import metaworld.policies as mw_policies
+
+        task = context.env_options.get("task", context.task)
+        cls = getattr(mw_policies, expert_class_name(str(task)), None)
+        if cls is None:
+            raise ValueError(f"Meta-World has no scripted expert for task {task!r}")
+        self.expert = cls()
+
+    def act(self, observation: dict[str, Any], env_id: int = 0) -> np.ndarray:
+        return np.asarray(self.expert.get_action(observation["observation/state"]), dtype=np.float32)
+
+
+POLICIES.register("zero", options=ChunkOptions, summary="all-zero actions (a do-nothing baseline)")(
+    lambda options, context: ZeroPolicy(_validated(ChunkOptions, options), context)
+)
+POLICIES.register("random", options=ChunkOptions, summary="uniform random actions, seeded per episode")(
+    lambda options, context: RandomPolicy(_validated(ChunkOptions, options), context)
+)
+POLICIES.register("metaworld_expert", options=NoOptions, summary="Meta-World's scripted expert for the Run's task")(
+    lambda options, context: MetaworldExpertPolicy(_validated(NoOptions, options), context)
+)

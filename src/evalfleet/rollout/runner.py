@@ -1,0 +1,339 @@
+"""The runner: one shard of one Run → env + policy → one EpisodeRecord line per finished episode.
+
+For each planned episode not already decided in the Run's logs it resets with the episode's seed,
+applies its variation values, steps until success or the step limit, and appends a record (flushed).
+`num_envs > 1` steps several env instances in lockstep with one batched policy call per step; every
+episode is reset from its own seed, so results do not depend on which env ran it or how many there
+are. Exceptions in env or policy, and episodes over their wall-clock deadline, are recorded as
+`status: error` (infrastructure, excluded from success rates) and retried up to `max_attempts`.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+
+from evalfleet.experiment.plan import EpisodeSpec, RunPlan, Shard
+from evalfleet.rollout.heartbeat import HeartbeatWriter
+from evalfleet.rollout.records import RECORDS_FILE, EpisodeRecord, RecordWriter, iter_record_dicts, latest_by_episode
+
+PARTS_DIR = "parts"
+
+
+def part_path(out_dir: Path, run: str, shard_id: str) -> Path:
+    return out_dir / run / PARTS_DIR / f"{shard_id}.jsonl"
+
+
+def run_log_files(out_dir: Path, run: str) -> list[Path]:
+    """Every log of a Run: the merged file first, then the shard parts (later lines win)."""
+    run_dir = out_dir / run
+    return [run_dir / RECORDS_FILE, *sorted((run_dir / PARTS_DIR).glob("*.jsonl"))]
+
+
+def latest_records(out_dir: Path, run: str) -> dict[int, dict[str, Any]]:
+    def lines() -> Iterator[dict[str, Any]]:
+        for path in run_log_files(out_dir, run):
+            yield from iter_record_dicts(path)
+
+    return {ep: rec for (r, ep), rec in latest_by_episode(lines()).items() if r == run}
+
+
+def is_decided(record: dict[str, Any], max_attempts: int) -> bool:
+    """Finished for good: a success or failure, or an error that has used up its attempts."""
+    return record.get("status") in ("success", "failure") or int(record.get("attempt", 1)) >= max_attempts
+
+
+@dataclass
+class ShardOutcome:
+    run: str
+    shard: str
+    recorded: int = 0
+    errors: int = 0
+    steps: int = 0
+    stopped: bool = False
+
+
+@dataclass
+class _Slot:
+    """One env instance and the episode it is playing."""
+
+    env_id: int
+    env: Any
+    spec: EpisodeSpec | None = None
+    attempt: int = 1
+    observation: dict[str, Any] | None = None
+    queue: collections.deque = field(default_factory=collections.deque)  # pending actions of a chunk
+    steps: int = 0
+    started: float = 0.0
+    latency_s: float = 0.0
+    calls: int = 0
+
+
+class ShardRunner:
+    def __init__(
+        self,
+        plan: RunPlan,
+        out_dir: str | Path,
+        *,
+        make_env: Callable[[], Any],
+        make_policy: Callable[[], Any],
+        heartbeat: HeartbeatWriter | None = None,
+        stop: threading.Event | None = None,
+        on_record: Callable[[dict[str, Any]], None] | None = None,
+    ):
+        self.plan = plan
+        self.run = plan.run
+        self.out_dir = Path(out_dir)
+        self.make_env = make_env
+        self.make_policy = make_policy
+        self.heartbeat = heartbeat or HeartbeatWriter(None)
+        self.stop = stop or threading.Event()
+        self.on_record = on_record
+        self._envs: list[Any] = []
+        self._policy: Any = None
+
+    # -- what to run ---------------------------------------------------------------------------
+    def _pending(self, shard: Shard) -> tuple[collections.deque, dict[int, int]]:
+        done = latest_records(self.out_dir, self.plan.name)
+        max_attempts = self.run.max_attempts
+        attempts = {ep: int(rec.get("attempt", 1)) for ep, rec in done.items()}
+        if shard.stop is None:
+            return collections.deque(), attempts
+        todo = [i for i in shard.indices() if i not in done or not is_decided(done[i], max_attempts)]
+        return collections.deque((i, attempts.get(i, 0) + 1) for i in todo), attempts
+
+    def _budget_steps_done(self) -> tuple[int, int]:
+        done = latest_records(self.out_dir, self.plan.name)
+        steps = sum(int(r.get("episode_length", 0)) for r in done.values() if r.get("status") != "error")
+        return steps, (max(done) + 1 if done else 0)
+
+    # -- running -------------------------------------------------------------------------------
+    def _ensure_instances(self, n: int) -> None:
+        while len(self._envs) < n:
+            self._envs.append(self.make_env())
+        if self._policy is None:
+            self._policy = self.make_policy()
+
+    def run_shard(self, shard: Shard) -> ShardOutcome:
+        outcome = ShardOutcome(self.plan.name, shard.id)
+        queue, _ = self._pending(shard)
+        budget = None
+        next_index = 0
+        if shard.stop is None:
+            steps_done, next_index = self._budget_steps_done()
+            budget = max(0, (self.plan.num_steps or 0) - steps_done)
+        if not queue and not budget:
+            return outcome
+        n_envs = self.run.environment_builder.num_envs
+        if budget is None:
+            n_envs = min(n_envs, len(queue))
+        self._ensure_instances(n_envs)
+        self.heartbeat.beat(state="running", shard=f"{self.plan.name}/{shard.id}")
+        writer = RecordWriter(part_path(self.out_dir, self.plan.name, shard.id))
+        horizon = self.run.policy.open_loop_horizon
+        max_attempts = self.run.max_attempts
+        slots = [_Slot(i, self._envs[i]) for i in range(n_envs)]
+        budget_left = budget
+
+        def next_episode() -> tuple[int, int] | None:
+            nonlocal next_index, budget_left
+            if queue:
+                return queue.popleft()
+            if budget_left is not None and budget_left > 0:
+                next_index += 1
+                return (next_index - 1, 1)
+            return None
+
+        def start(slot: _Slot) -> None:
+            while True:
+                item = next_episode()
+                if item is None:
+                    slot.spec = None
+                    return
+                index, attempt = item
+                spec = self.plan.episode(index)
+                slot.spec, slot.attempt, slot.steps, slot.latency_s, slot.calls = spec, attempt, 0, 0.0, 0
+                slot.queue.clear()
+                slot.started = time.monotonic()
+                try:
+                    slot.observation = slot.env.reset(spec.seed, spec.variations)
+                    self._policy.reset(spec.seed, slot.env_id)
+                    return
+                except Exception as exc:  # noqa: BLE001 - infrastructure error, recorded and retried
+                    finish(slot, error=_describe(exc))
+
+        def finish(slot: _Slot, success: bool | None = None, error: str | None = None) -> None:
+            nonlocal budget_left
+            spec = slot.spec
+            assert spec is not None
+            status = "error" if error else ("success" if success else "failure")
+            record = EpisodeRecord(
+                run=self.plan.name,
+                task=self.plan.task,
+                policy=self.plan.policy,
+                episode=spec.index,
+                seed=spec.seed,
+                status=status,
+                success=None if error else bool(success),
+                episode_length=slot.steps,
+                duration_s=round(time.monotonic() - slot.started, 4),
+                variations=spec.variations,
+                attempt=slot.attempt,
+                error=error,
+                policy_latency_ms=round(1000 * slot.latency_s / slot.calls, 3) if slot.calls else None,
+            )
+            writer.append(record)
+            outcome.recorded += 1
+            if budget_left is not None and not error:
+                budget_left -= slot.steps
+            if error:
+                outcome.errors += 1
+                if slot.attempt < max_attempts:
+                    queue.append((spec.index, slot.attempt + 1))
+            self.heartbeat.beat(episodes=1)
+            if self.on_record:
+                self.on_record(record.to_json())
+            slot.spec = None
+
+        try:
+            for slot in slots:
+                start(slot)
+            while not self.stop.is_set():
+                active = [s for s in slots if s.spec is not None]
+                if not active:
+                    break
+                self._refill_actions([s for s in active if not s.queue], horizon, finish)
+                stepped = 0
+                for slot in active:
+                    if slot.spec is None or not slot.queue:
+                        if slot.spec is None:
+                            start(slot)
+                        continue
+                    try:
+                        result = slot.env.step(slot.queue.popleft())
+                    except Exception as exc:  # noqa: BLE001
+                        finish(slot, error=_describe(exc))
+                        start(slot)
+                        continue
+                    slot.steps += 1
+                    stepped += 1
+                    slot.observation = result.observation
+                    timeout = self.run.episode_timeout_s
+                    if result.done:
+                        finish(slot, success=result.success)
+                        start(slot)
+                    elif time.monotonic() - slot.started > timeout:
+                        finish(slot, error=f"episode exceeded its {timeout:g} s deadline after {slot.steps} steps")
+                        start(slot)
+                outcome.steps += stepped
+                self.heartbeat.beat(steps=stepped)
+            outcome.stopped = self.stop.is_set()
+        finally:
+            writer.close()
+        return outcome
+
+    def _refill_actions(self, slots: list[_Slot], horizon: int | None, finish: Callable[..., None]) -> None:
+        """One batched policy call for every env whose action queue is empty."""
+        if not slots:
+            return
+        try:
+            self._call_policy(slots, horizon)
+        except Exception:  # noqa: BLE001
+            # Find which env's call failed: ask each on its own; only those episodes become errors.
+            for slot in slots:
+                try:
+                    self._call_policy([slot], horizon)
+                except Exception as exc:  # noqa: BLE001
+                    finish(slot, error=_describe(exc))
+
+    def _call_policy(self, slots: list[_Slot], horizon: int | None) -> None:
+        t0 = time.perf_counter()
+        actions = self._policy.act_batch([s.observation for s in slots], [s.env_id for s in slots])
+        elapsed = time.perf_counter() - t0
+        if len(actions) != len(slots):
+            raise RuntimeError(f"policy returned {len(actions)} actions for {len(slots)} observations")
+        for slot, action in zip(slots, actions):
+            chunk = np.asarray(action)
+            if chunk.ndim == 1:
+                chunk = chunk[None, :]
+            if chunk.ndim != 2 or chunk.shape[0] == 0:
+                raise ValueError(f"policy returned an action of shape {np.shape(action)}; expected (A,) or (H, A)")
+            slot.queue.extend(chunk[:horizon] if horizon else chunk)
+            slot.latency_s += elapsed
+            slot.calls += 1
+
+    def close(self) -> None:
+        for env in self._envs:
+            try:
+                env.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+        if self._policy is not None and hasattr(self._policy, "close"):
+            self._policy.close()
+
+
+def _describe(exc: BaseException) -> str:
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
+    return f"{type(exc).__name__}: {exc}{where}"[:2000]
+
+
+def build_shard_runner(plan: RunPlan, out_dir: str | Path, **kwargs: Any) -> ShardRunner:
+    """A runner whose env and policy come from the registries."""
+    from evalfleet.plugins import load_registries
+    from evalfleet.policies.base import POLICIES, PolicyContext
+    from evalfleet.sim.base import ENVIRONMENTS
+
+    load_registries()
+    run = plan.run
+    env_entry = ENVIRONMENTS.get(run.environment.type)
+    policy_entry = POLICIES.get(run.policy.type)
+    if env_entry is None or policy_entry is None:
+        missing = run.environment.type if env_entry is None else run.policy.type
+        raise RuntimeError(f"Run {plan.name!r}: type {missing!r} is not installed")
+    builder = run.environment_builder.model_dump()
+
+    def make_env() -> Any:
+        return env_entry.factory(run.environment.options(), builder)
+
+    def make_policy() -> Any:
+        # Called after the envs exist, so the policy learns the action size from a real one.
+        context = PolicyContext(
+            run=plan.name, task=plan.task, env_type=run.environment.type, env_options=run.environment.options(),
+            action_dim=getattr(runner._envs[0], "action_dim", 4), seed=plan.base_seed,
+        )
+        return policy_entry.factory(run.policy.options(), context)
+
+    runner = ShardRunner(plan, out_dir, make_env=make_env, make_policy=make_policy, **kwargs)
+    return runner
+
+
+def run_shards(
+    plans: dict[str, RunPlan], shards: Iterable[Shard], out_dir: str | Path, **kwargs: Any
+) -> list[ShardOutcome]:
+    """Run shards in order, reusing one env/policy set per Run (the common worker loop)."""
+    outcomes = []
+    runners: dict[str, ShardRunner] = {}
+    stop: threading.Event | None = kwargs.get("stop")
+    try:
+        for shard in shards:
+            if stop is not None and stop.is_set():
+                break
+            runner = runners.get(shard.run)
+            if runner is None:
+                for other in runners.values():
+                    other.close()  # one Run's envs at a time keeps memory flat
+                runners.clear()
+                runner = runners[shard.run] = build_shard_runner(plans[shard.run], out_dir, **kwargs)
+            outcomes.append(runner.run_shard(shard))
+    finally:
+        for runner in runners.values():
+            runner.close()
+    return outcomes

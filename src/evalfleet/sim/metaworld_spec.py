@@ -1,0 +1,135 @@
+"""Registration of the Meta-World environment type: its options and variations. Light on purpose:
+loading an Experiment never imports MuJoCo; the adapter (sim/metaworld_env.py) loads on first use."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from evalfleet.sim.base import ENVIRONMENTS, EnvironmentInfo, VariationInfo
+
+# Meta-World 3.1.1's v3 tasks with the instruction a language-conditioned policy receives.
+TASK_INSTRUCTIONS: dict[str, str] = {
+    "assembly-v3": "put the ring on the peg",
+    "basketball-v3": "dunk the basketball into the hoop",
+    "bin-picking-v3": "move the cube from one bin to the other",
+    "box-close-v3": "put the lid on the box",
+    "button-press-topdown-v3": "press the button from the top",
+    "button-press-topdown-wall-v3": "press the button behind the wall from the top",
+    "button-press-v3": "press the button",
+    "button-press-wall-v3": "press the button behind the wall",
+    "coffee-button-v3": "press the coffee machine's button",
+    "coffee-pull-v3": "pull the mug from the coffee machine",
+    "coffee-push-v3": "push the mug under the coffee machine",
+    "dial-turn-v3": "turn the dial",
+    "disassemble-v3": "take the ring off the peg",
+    "door-close-v3": "close the door",
+    "door-lock-v3": "lock the door by turning the lock",
+    "door-open-v3": "open the door",
+    "door-unlock-v3": "unlock the door by turning the lock",
+    "hand-insert-v3": "insert the hand into the hole",
+    "drawer-close-v3": "close the drawer",
+    "drawer-open-v3": "open the drawer",
+    "faucet-open-v3": "turn the faucet on",
+    "faucet-close-v3": "turn the faucet off",
+    "hammer-v3": "hammer the nail into the wall",
+    "handle-press-side-v3": "press the handle down from the side",
+    "handle-press-v3": "press the handle down",
+    "handle-pull-side-v3": "pull the handle up from the side",
+    "handle-pull-v3": "pull the handle up",
+    "lever-pull-v3": "pull the lever up",
+    "pick-place-wall-v3": "pick up the puck and place it at the goal behind the wall",
+    "pick-out-of-hole-v3": "pick the peg out of the hole",
+    "pick-place-v3": "pick up the puck and place it at the goal",
+    "plate-slide-v3": "slide the plate into the cabinet",
+    "plate-slide-side-v3": "slide the plate into the cabinet from the side",
+    "plate-slide-back-v3": "slide the plate out of the cabinet",
+    "plate-slide-back-side-v3": "slide the plate out of the cabinet sideways",
+    "peg-insert-side-v3": "insert the peg into the hole from the side",
+    "peg-unplug-side-v3": "unplug the peg from the side",
+    "soccer-v3": "kick the ball into the goal",
+    "stick-push-v3": "grasp the stick and push the box with it",
+    "stick-pull-v3": "grasp the stick and pull the box with it",
+    "push-v3": "push the puck to the goal",
+    "push-wall-v3": "push the puck to the goal behind the wall",
+    "push-back-v3": "push the puck back to the goal",
+    "reach-v3": "reach the goal position",
+    "reach-wall-v3": "reach the goal position behind the wall",
+    "shelf-place-v3": "pick up the puck and place it on the shelf",
+    "sweep-into-v3": "sweep the puck into the hole",
+    "sweep-v3": "sweep the puck off the table",
+    "window-open-v3": "slide the window open",
+    "window-close-v3": "slide the window closed",
+}
+MAX_STEPS = 500
+
+
+class MetaworldOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    task: str
+    max_steps: int = Field(default=MAX_STEPS, gt=0, le=10_000)
+    instruction: str | None = None  # replaces the task's built-in instruction
+
+    @field_validator("task")
+    @classmethod
+    def known_task(cls, v: str) -> str:
+        if v not in TASK_INSTRUCTIONS:
+            import difflib
+
+            close = difflib.get_close_matches(v, list(TASK_INSTRUCTIONS), n=3)
+            hint = f"did you mean {', '.join(close)}?" if close else "see the 50 Meta-World v3 task names"
+            raise ValueError(f"unknown Meta-World task {v!r}; {hint}")
+        return v
+
+
+VARIATIONS = {
+    v.name: v
+    for v in (
+        VariationInfo(
+            "robot.action_noise",
+            "std of zero-mean Gaussian noise added to every action (actions are in [-1, 1])",
+            {"distribution": "uniform", "low": 0.0, "high": 0.5},
+        ),
+        VariationInfo(
+            "robot.observation_noise",
+            "std of zero-mean Gaussian noise (metres) added to the state observation the policy sees",
+            {"distribution": "uniform", "low": 0.0, "high": 0.02},
+        ),
+        VariationInfo(
+            "scene.friction_scale",
+            "factor applied to the sliding friction of every geom",
+            {"distribution": "uniform", "low": 0.5, "high": 1.5},
+            nominal=1.0,
+        ),
+        VariationInfo(
+            "object.mass_scale",
+            "factor applied to the mass and inertia of every free (movable) object",
+            {"distribution": "uniform", "low": 0.5, "high": 2.0},
+            nominal=1.0,
+        ),
+        VariationInfo(
+            "object.position_noise",
+            "offset (metres) added to every free object's initial position after the seeded reset",
+            {"distribution": "uniform", "low": [-0.03, -0.03, 0.0], "high": [0.03, 0.03, 0.0]},
+            kind="vector",
+            components=("x", "y", "z"),
+            nominal=[0.0, 0.0, 0.0],
+        ),
+    )
+}
+
+
+def _make_metaworld(options: Any, builder: dict[str, Any]) -> Any:
+    from evalfleet.sim.metaworld_env import MetaworldEnvironment
+
+    opts = options if isinstance(options, MetaworldOptions) else MetaworldOptions.model_validate(options)
+    return MetaworldEnvironment(opts)
+
+
+ENVIRONMENTS.register(
+    "metaworld",
+    options=MetaworldOptions,
+    summary="Meta-World v3 (MuJoCo, CPU): 50 Sawyer manipulation tasks with scripted experts",
+    info=EnvironmentInfo(variations=VARIATIONS),
+)(_make_metaworld)
