@@ -1,0 +1,148 @@
+"""`evalfleet serve POLICY [KEY=VALUE ...] --protocol openpi|gr00t`: serve any registered policy."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from typing import Any
+
+from evalfleet.errors import UserError
+
+API_KEY_ENV = "EVALFLEET_SERVE_API_KEY"
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "serve",
+        help="serve a policy over the openpi or GR00T protocol",
+        description="Serve any registered policy. KEY=VALUE pairs are the policy's options (values are "
+        "YAML: 3, true, [1, 2], {a: 1}); dotted keys nest. Prints 'serving PROTOCOL on HOST:PORT' once "
+        "it listens; SIGTERM or Ctrl-C stops it.",
+    )
+    p.add_argument("policy", help="registered policy type, e.g. zero, metaworld_expert")
+    p.add_argument("options", nargs="*", metavar="KEY=VALUE", help="policy options")
+    p.add_argument("--protocol", choices=("openpi", "gr00t"), required=True)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
+    p.add_argument("--port", type=int, default=0, help="port (default 0: a free one, printed)")
+    p.add_argument("--api-key", default=None, help=f"require this key (or set ${API_KEY_ENV})")
+    p.add_argument("--max-batch", type=int, default=1, help="largest act_batch (default 1: no batching)")
+    p.add_argument("--max-wait-ms", type=float, default=0.0, help="longest a request waits for a batch to fill")
+    p.add_argument("--max-message-mb", type=float, default=64.0, help="largest accepted message (default 64)")
+    p.add_argument("--task", default="", help="the task the policy is for, e.g. pick-place-v3")
+    p.add_argument("--run", default="serve", help="run name given to the policy's context")
+    p.add_argument("--env-type", default="metaworld", help="environment type given to the policy's context")
+    p.add_argument("--env-options", default="{}", help="environment options (JSON/YAML map)")
+    p.add_argument("--action-dim", type=int, default=4)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--import", dest="imports", action="append", default=[], metavar="MODULE",
+        help="import MODULE first (it may register more policies); repeatable",
+    )
+    p.set_defaults(handler=serve_command)
+
+
+def parse_key_values(pairs: list[str], *, where: str = "command line") -> dict[str, Any]:
+    import yaml
+
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, eq, raw = pair.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise UserError(f"expected KEY=VALUE, got {pair!r}", where=where)
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as exc:
+            raise UserError(f"value of {key} is not valid YAML: {exc}", where=where, key=key) from None
+        node = options
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise UserError(f"{part} is both a value and a mapping", where=where, key=key)
+            node = child
+        node[parts[-1]] = value
+    return options
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+    import signal
+
+    import yaml
+
+    import evalfleet.serving  # noqa: F401 - registers the remote-client policies
+    from evalfleet.policies.base import PolicyContext
+    from evalfleet.serving.common import build_policy
+    from evalfleet.serving.process import server_for
+
+    for module in args.imports:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise UserError(f"cannot import {module}: {exc}", where="command line", key="--import") from None
+    _load_builtin_policies()
+    if not 0 <= args.port <= 65535:
+        raise UserError("--port must be between 0 and 65535", where="command line", key="--port")
+    if args.max_batch < 1 or args.max_wait_ms < 0 or args.max_message_mb <= 0:
+        raise UserError("--max-batch must be >= 1, --max-wait-ms >= 0, --max-message-mb > 0", where="command line")
+    try:
+        env_options = yaml.safe_load(args.env_options) or {}
+    except yaml.YAMLError as exc:
+        raise UserError(f"--env-options is not YAML: {exc}", where="command line") from None
+    if not isinstance(env_options, dict):
+        raise UserError("--env-options must be a mapping", where="command line", key="--env-options")
+    options = parse_key_values(args.options)
+    context = PolicyContext(
+        run=args.run, task=args.task, env_type=args.env_type, env_options=env_options,
+        action_dim=args.action_dim, seed=args.seed,
+    )
+    policy = build_policy(args.policy, options, context)
+    api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    server = server_for(
+        args.protocol, policy, host=args.host, port=args.port, api_key=api_key,
+        max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
+        max_message_bytes=int(args.max_message_mb * 2**20),
+    )
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+
+        def ready(host: str, port: int) -> None:
+            print(f"serving {args.protocol} on {host}:{port}", flush=True)
+            print(json.dumps({"policy": args.policy, "options": options, "task": args.task,
+                              "max_batch": args.max_batch, "max_wait_ms": args.max_wait_ms,
+                              "api_key": bool(api_key)}, default=str), flush=True)
+
+        await server.serve(stop, ready)
+
+    try:
+        asyncio.run(main())
+    except OSError as exc:
+        print(f"evalfleet serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        close = getattr(policy, "close", None)
+        if close is not None:
+            close()
+    print(f"stopped serving on {args.host}:{server.bound_port}", flush=True)
+    return 0
+
+
+def _load_builtin_policies() -> None:
+    """Import every module of `evalfleet.policies` so the built-in policies are registered."""
+    import pkgutil
+
+    import evalfleet.policies
+
+    for module in pkgutil.iter_modules(evalfleet.policies.__path__):
+        importlib.import_module(f"evalfleet.policies.{module.name}")

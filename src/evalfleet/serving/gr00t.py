@@ -1,0 +1,375 @@
+"""The GR00T ZMQ request/reply protocol, both sides.
+
+Wire protocol (Isaac-GR00T's `PolicyServer`/`PolicyClient`, `gr00t/policy/server_client.py`): a REQ
+socket sends one msgpack message ``{"endpoint": str, "data": ..., "api_token": str?}`` (arrays as ``.npy``
+bytes, see `msgpack_numpy.gr00t_packb`) and receives one msgpack reply. Endpoints:
+
+* ``ping`` → ``{"status": "ok", "message": "Server is running"}``
+* ``get_action`` with ``data = {"observation": {...}, "options": {...}|None}`` → ``[action_dict, info_dict]``
+  (GR00T N1.6 and later). The older N1.5 form, ``data = observation`` → ``action_dict``, is answered in
+  kind. Our policies' action array travels as ``{"action": array}``.
+* ``reset`` with ``data = {"options": {...}|None}`` → ``{}``; evalfleet's client puts ``episode_seed`` in
+  the options (a GR00T server ignores it).
+* ``get_modality_config`` → the policy's ``metadata["modality_config"]`` (``{}`` if none).
+* Any failure → ``{"error": message}``; a missing or wrong token → ``{"error": "Unauthorized: Invalid API
+  token"}``.
+
+Our server binds a ROUTER socket (wire-compatible with REQ clients) so requests from many clients are
+in flight at once and can be batched; each client socket is one env on the server side. Unlike the
+public client, ours never hangs: every request is polled with a timeout, and after a timeout the REQ
+socket (which can then no longer send) is closed with linger 0 and a new one opened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from typing import Any, Callable, Literal
+
+import numpy as np
+from pydantic import Field
+
+from evalfleet.errors import InfrastructureError
+from evalfleet.policies.base import POLICIES, BasePolicy
+from evalfleet.serving.batching import PolicyWorker
+from evalfleet.serving.common import (
+    DEFAULT_MAX_MESSAGE_MB,
+    AuthenticationError,
+    Backoff,
+    RemotePolicyError,
+    validate_options,
+)
+from evalfleet.serving.msgpack_numpy import WireFormatError, gr00t_packb, gr00t_unpackb
+from evalfleet.serving.openpi import RemoteClientOptions
+
+log = logging.getLogger(__name__)
+
+UNAUTHORIZED = "Unauthorized: Invalid API token"
+ACTION_KEY = "action"
+_RECENT_CLIENT_S = 2.0
+
+
+# ===================================================================== server
+
+
+class Gr00tServer:
+    def __init__(
+        self,
+        policy: Any,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        api_token: str | None = None,
+        max_batch: int = 1,
+        max_wait_ms: float = 0.0,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_MB * 2**20,
+        metadata: dict[str, Any] | None = None,
+    ):
+        self.policy = policy
+        self.host = host
+        self.port = port
+        self.api_token = api_token
+        self.max_message_bytes = max_message_bytes
+        self.metadata = dict(metadata if metadata is not None else getattr(policy, "metadata", None) or {})
+        self.worker = PolicyWorker(policy, max_batch=max_batch, max_wait_ms=max_wait_ms)
+        self.worker.active_clients = self._recent_clients
+        self._env_ids: dict[bytes, int] = {}
+        self._last_seen: dict[bytes, float] = {}
+        self.bound_port: int | None = None
+
+    def _recent_clients(self) -> int:
+        now = time.monotonic()
+        return max(1, sum(1 for t in self._last_seen.values() if now - t < _RECENT_CLIENT_S))
+
+    def _env_id(self, identity: bytes) -> int:
+        if identity not in self._env_ids:
+            self._env_ids[identity] = len(self._env_ids)
+        return self._env_ids[identity]
+
+    async def _answer(self, identity: bytes, payload: bytes) -> Any:
+        try:
+            request = gr00t_unpackb(payload)
+        except WireFormatError as exc:
+            return {"error": f"bad request: {exc}"}
+        if not isinstance(request, dict):
+            return {"error": "bad request: expected a msgpack map"}
+        if self.api_token is not None:
+            token = request.get("api_token")
+            if not isinstance(token, str) or not hmac.compare_digest(token.encode(), self.api_token.encode()):
+                log.warning("refused a request: missing or wrong API token")
+                return {"error": UNAUTHORIZED}
+        endpoint = request.get("endpoint", "get_action")
+        data = request.get("data") or {}
+        env_id = self._env_id(identity)
+        try:
+            if endpoint == "ping":
+                return {"status": "ok", "message": "Server is running"}
+            if endpoint == "get_modality_config":
+                return self.metadata.get("modality_config", {})
+            if endpoint == "reset":
+                options = data.get("options") if isinstance(data, dict) else None
+                seed = int((options or {}).get("episode_seed", 0))
+                await self.worker.call(self.policy.reset, seed, env_id)
+                return {}
+            if endpoint == "get_action":
+                current = isinstance(data, dict) and isinstance(data.get("observation"), dict)
+                observation = data["observation"] if current else data
+                if not isinstance(observation, dict):
+                    return {"error": "get_action needs an observation map"}
+                start = time.monotonic()
+                action = await self.worker.act(observation, env_id)
+                actions = {ACTION_KEY: action}
+                if current:
+                    return [actions, {"infer_ms": (time.monotonic() - start) * 1000.0}]
+                return actions
+            return {"error": f"Unknown endpoint: {endpoint}"}
+        except Exception as exc:  # noqa: BLE001 - the client gets the error, the server lives on
+            log.exception("error in endpoint %s", endpoint)
+            return {"error": f"{type(exc).__name__}: {exc}"}
+
+    async def serve(self, stop: asyncio.Event, ready: Callable[[str, int], None] | None = None) -> None:
+        import zmq
+        import zmq.asyncio
+
+        context = zmq.asyncio.Context()
+        socket = context.socket(zmq.ROUTER)
+        socket.setsockopt(zmq.LINGER, 0)
+        socket.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
+        if self.port == 0:
+            self.bound_port = socket.bind_to_random_port(f"tcp://{self.host}")
+        else:
+            socket.bind(f"tcp://{self.host}:{self.port}")
+            self.bound_port = self.port
+        if ready is not None:
+            ready(self.host, self.bound_port)
+        send_lock = asyncio.Lock()
+        pending: set[asyncio.Task] = set()
+
+        async def handle(frames: list[bytes]) -> None:
+            identity, payload = frames[0], frames[-1]
+            reply = await self._answer(identity, payload)
+            try:
+                data = gr00t_packb(reply)
+            except TypeError as exc:
+                data = gr00t_packb({"error": f"could not encode the reply: {exc}"})
+            async with send_lock:
+                await socket.send_multipart([identity, b"", data])
+
+        stopper = asyncio.ensure_future(stop.wait())
+        try:
+            while not stop.is_set():
+                receiver = asyncio.ensure_future(socket.recv_multipart())
+                done, _ = await asyncio.wait({receiver, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                if receiver not in done:
+                    receiver.cancel()
+                    break
+                frames = receiver.result()
+                if len(frames) < 2:
+                    continue
+                self._last_seen[frames[0]] = time.monotonic()
+                task = asyncio.ensure_future(handle(frames))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+        finally:
+            stopper.cancel()
+            for task in pending:
+                task.cancel()
+            socket.close(linger=0)
+            context.term()
+            await self.worker.aclose()
+
+
+# ===================================================================== client
+
+
+class Gr00tRemoteOptions(RemoteClientOptions):
+    port: int = Field(5555, ge=0, le=65535)
+    # Which action-dict entries make the action, concatenated on the last axis (default: all, in order).
+    action_keys: list[str] | None = None
+    # "current": data = {"observation", "options"}, reply [action, info] (N1.6+); "legacy": N1.5 form.
+    request_style: Literal["current", "legacy"] = "current"
+
+
+class Gr00tRemotePolicy(BasePolicy):
+    """A policy behind a GR00T ZMQ server. One REQ socket per env_id."""
+
+    def __init__(self, options: Gr00tRemoteOptions):
+        import zmq
+
+        self.options = options
+        self.address = f"tcp://{options.host}:{options.port}"
+        self._zmq = zmq
+        self._context = zmq.Context()
+        self._sockets: dict[int, Any] = {}
+        self._wait_ready()
+        self.metadata = {"modality_config": self.get_modality_config()}
+
+    # ---- sockets
+
+    def _socket(self, env_id: int) -> Any:
+        sock = self._sockets.get(env_id)
+        if sock is None:
+            zmq = self._zmq
+            sock = self._context.socket(zmq.REQ)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.MAXMSGSIZE, int(self.options.max_message_mb * 2**20))
+            sock.connect(self.address)
+            self._sockets[env_id] = sock
+        return sock
+
+    def _drop(self, env_id: int) -> None:
+        sock = self._sockets.pop(env_id, None)
+        if sock is not None:
+            sock.close(linger=0)
+
+    def _request(self, endpoint: str, data: Any = None, *, requires_input: bool = True) -> bytes:
+        request: dict[str, Any] = {"endpoint": endpoint}
+        if requires_input:
+            request["data"] = data
+        if self.options.api_key:
+            request["api_token"] = self.options.api_key
+        return gr00t_packb(request)
+
+    def _receive(self, env_id: int, timeout_s: float) -> Any:
+        sock = self._sockets[env_id]
+        if not sock.poll(max(int(timeout_s * 1000), 1), self._zmq.POLLIN):
+            self._drop(env_id)  # a REQ socket that timed out cannot send again
+            raise TimeoutError(f"no reply from {self.address} within {timeout_s:g} s")
+        response = gr00t_unpackb(sock.recv())
+        if isinstance(response, dict) and "error" in response:
+            message = str(response["error"])
+            if message.startswith("Unauthorized"):
+                raise AuthenticationError(
+                    f"GR00T server at {self.address} refused the API token ({message})", key="policy.api_key"
+                )
+            raise RemotePolicyError(f"GR00T server at {self.address} reported an error: {message}")
+        return response
+
+    def _call(self, env_id: int, payload: bytes, failure: Exception | None = None) -> Any:
+        opts = self.options
+        deadline = None if failure is None else time.monotonic() + opts.connect_timeout_s
+        backoff = Backoff(initial_s=opts.backoff_s, max_s=opts.backoff_max_s)
+        attempts = 0 if failure is None else 1
+        while True:
+            timeout = opts.request_timeout_s
+            if failure is not None:
+                if attempts > opts.max_retries or deadline is None or not backoff.sleep(deadline):
+                    raise InfrastructureError(
+                        f"GR00T server at {self.address} lost: {type(failure).__name__}: {failure}"
+                        f" (gave up after {attempts} attempt(s))"
+                    ) from failure
+                timeout = min(timeout, max(deadline - time.monotonic(), 0.01))
+            try:
+                self._socket(env_id).send(payload)
+                return self._receive(env_id, timeout)
+            except (TimeoutError, self._zmq.ZMQError) as exc:
+                self._drop(env_id)
+                failure = exc
+                attempts += 1
+                if deadline is None:
+                    deadline = time.monotonic() + opts.connect_timeout_s
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.options.connect_timeout_s
+        backoff = Backoff(initial_s=self.options.backoff_s, max_s=self.options.backoff_max_s)
+        payload = self._request("ping", requires_input=False)
+        last: Exception | None = None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                self._socket(0).send(payload)
+                self._receive(0, min(1.0, remaining))
+                return
+            except (TimeoutError, self._zmq.ZMQError) as exc:
+                self._drop(0)
+                last = exc
+            if not backoff.sleep(deadline):
+                break
+        raise InfrastructureError(
+            f"GR00T server at {self.address} not ready within {self.options.connect_timeout_s:g} s ({last})"
+        )
+
+    # ---- endpoints
+
+    def ping(self) -> bool:
+        try:
+            self._call(0, self._request("ping", requires_input=False))
+            return True
+        except InfrastructureError:
+            return False
+
+    def get_modality_config(self) -> Any:
+        return self._call(0, self._request("get_modality_config", requires_input=False))
+
+    def _action_payload(self, observation: dict[str, Any]) -> bytes:
+        mapping = self.options.observation_map
+        if mapping:
+            observation = {mapping.get(k, k): v for k, v in observation.items()}
+        if self.options.request_style == "legacy":
+            return self._request("get_action", observation)
+        return self._request("get_action", {"observation": observation, "options": None})
+
+    def _action(self, response: Any) -> np.ndarray:
+        actions = response[0] if isinstance(response, (list, tuple)) else response
+        if not isinstance(actions, dict) or not actions:
+            raise RemotePolicyError(f"GR00T server at {self.address} sent no action map: {type(actions).__name__}")
+        keys = self.options.action_keys or list(actions)
+        missing = [k for k in keys if k not in actions]
+        if missing:
+            raise RemotePolicyError(f"GR00T server at {self.address} sent no {missing} (has {sorted(actions)})")
+        parts = [np.asarray(actions[k]) for k in keys]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-1)
+
+    def act(self, observation: dict[str, Any], env_id: int = 0) -> np.ndarray:
+        return self._action(self._call(env_id, self._action_payload(observation)))
+
+    def act_batch(self, observations: list[dict[str, Any]], env_ids: list[int]) -> list[np.ndarray]:
+        if len(observations) <= 1:
+            return [self.act(obs, env_id) for obs, env_id in zip(observations, env_ids)]
+        payloads = [self._action_payload(obs) for obs in observations]
+        failures: dict[int, Exception | None] = {}
+        for env_id, payload in zip(env_ids, payloads):  # all in flight together: the server can batch them
+            try:
+                self._socket(env_id).send(payload)
+                failures[env_id] = None
+            except self._zmq.ZMQError as exc:
+                self._drop(env_id)
+                failures[env_id] = exc
+        results: list[np.ndarray] = []
+        try:
+            for env_id, payload in zip(env_ids, payloads):
+                failure = failures[env_id]
+                if failure is None:
+                    try:
+                        results.append(self._action(self._receive(env_id, self.options.request_timeout_s)))
+                        continue
+                    except (TimeoutError, self._zmq.ZMQError) as exc:
+                        self._drop(env_id)
+                        failure = exc
+                results.append(self._action(self._call(env_id, payload, failure)))
+        except BaseException:
+            for env_id in env_ids[len(results):]:  # replies still owed on these sockets: start them afresh
+                self._drop(env_id)
+            raise
+        return results
+
+    def reset(self, episode_seed: int, env_id: int = 0) -> None:
+        self._call(env_id, self._request("reset", {"options": {"episode_seed": int(episode_seed)}}))
+
+    def close(self) -> None:
+        for env_id in list(self._sockets):
+            self._drop(env_id)
+        self._context.term()
+
+
+@POLICIES.register(
+    "gr00t_remote",
+    options=Gr00tRemoteOptions,
+    summary="a policy behind a GR00T ZMQ server (started by evalfleet when `serve` is given)",
+)
+def make_gr00t_remote(options: Any, context: Any = None) -> Gr00tRemotePolicy:
+    return Gr00tRemotePolicy(validate_options(Gr00tRemoteOptions, options))

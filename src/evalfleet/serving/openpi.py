@@ -1,0 +1,408 @@
+"""The openpi websocket protocol, both sides.
+
+Wire protocol (as spoken by openpi's `WebsocketPolicyServer` and the `openpi-client` package):
+
+* The client opens a websocket (optionally sending ``Authorization: Api-Key <key>``). The server first
+  sends one binary frame: the policy metadata, msgpack in openpi's numpy encoding (see `msgpack_numpy`).
+* Each request is one binary frame holding a msgpack observation dict; each reply is one binary frame
+  holding a msgpack dict with ``actions`` and ``server_timing`` (``infer_ms``, and ``prev_total_ms`` from
+  the second request on). One request in flight per connection.
+* If the policy raises, the server sends the traceback as a *text* frame and closes with code 1011.
+* ``GET /healthz`` on the same port answers ``200 OK`` (no key needed: it only says the process is up).
+
+evalfleet extensions, used only when the server's metadata advertises them (so a plain openpi server and
+a plain openpi client never see them): metadata carries ``{"evalfleet": {"reset": true, ...}}`` and the
+client may send ``{"__evalfleet_reset__": {"episode_seed": N}}`` to reset that connection's env state.
+Each connection is one env on the server side (its own ``env_id``), so stateful policies keep state per
+client, and concurrent connections are batched into one ``act_batch`` call (see `batching`).
+
+Safe by default: binds 127.0.0.1, bounded message size (64 MiB), API key checked at the handshake
+(401 before any frame is exchanged), no pickle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import http
+import http.client
+import itertools
+import logging
+import time
+import traceback
+from typing import Any, Callable
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from evalfleet.errors import InfrastructureError
+from evalfleet.policies.base import POLICIES, BasePolicy
+from evalfleet.serving import msgpack_numpy
+from evalfleet.serving.batching import PolicyWorker
+from evalfleet.serving.common import (
+    DEFAULT_MAX_MESSAGE_MB,
+    AuthenticationError,
+    Backoff,
+    RemotePolicyError,
+    validate_options,
+)
+
+log = logging.getLogger(__name__)
+
+RESET_KEY = "__evalfleet_reset__"
+HEALTH_PATH = "/healthz"
+
+
+def api_key_header(api_key: str) -> dict[str, str]:
+    return {"Authorization": f"Api-Key {api_key}"}
+
+
+# ===================================================================== server
+
+
+class OpenpiServer:
+    """Serve a policy over the openpi protocol. `await serve(stop)` runs until `stop` is set."""
+
+    def __init__(
+        self,
+        policy: Any,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        api_key: str | None = None,
+        max_batch: int = 1,
+        max_wait_ms: float = 0.0,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_MB * 2**20,
+        metadata: dict[str, Any] | None = None,
+    ):
+        self.policy = policy
+        self.host = host
+        self.port = port
+        self.api_key = api_key
+        self.max_message_bytes = max_message_bytes
+        self.worker = PolicyWorker(policy, max_batch=max_batch, max_wait_ms=max_wait_ms)
+        self.worker.active_clients = lambda: self._connections
+        base = dict(metadata if metadata is not None else getattr(policy, "metadata", None) or {})
+        base["evalfleet"] = {"protocol": "openpi", "reset": True, "max_batch": max_batch}
+        self.metadata = base
+        self._env_ids = itertools.count()
+        self._connections = 0
+        self.bound_port: int | None = None
+
+    def _process_request(self, connection: Any, request: Any) -> Any:
+        path = request.path.split("?", 1)[0]
+        if path == HEALTH_PATH:
+            return connection.respond(http.HTTPStatus.OK, "OK\n")
+        if self.api_key:
+            sent = request.headers.get("Authorization", "")
+            expected = f"Api-Key {self.api_key}"
+            if not hmac.compare_digest(sent.encode(), expected.encode()):
+                log.warning("refused a connection from %s: missing or wrong API key", connection.remote_address)
+                return connection.respond(http.HTTPStatus.UNAUTHORIZED, "missing or wrong API key\n")
+        return None
+
+    async def _handle(self, ws: Any) -> None:
+        import websockets
+
+        env_id = next(self._env_ids)
+        self._connections += 1
+        prev_total_ms: float | None = None
+        try:
+            await ws.send(msgpack_numpy.packb(self.metadata))
+            async for message in ws:
+                start = time.monotonic()
+                try:
+                    if isinstance(message, str):
+                        raise msgpack_numpy.WireFormatError("expected a binary msgpack frame, got text")
+                    observation = msgpack_numpy.unpackb(message)
+                    if not isinstance(observation, dict):
+                        raise msgpack_numpy.WireFormatError("an observation must be a msgpack map")
+                    control = observation.get(RESET_KEY)
+                    if control is not None:
+                        seed = int(control.get("episode_seed", 0)) if isinstance(control, dict) else 0
+                        await self.worker.call(self.policy.reset, seed, env_id)
+                        await ws.send(msgpack_numpy.packb({"ok": True}))
+                        continue
+                    infer_start = time.monotonic()
+                    action = await self.worker.act(observation, env_id)
+                    infer_ms = (time.monotonic() - infer_start) * 1000.0
+                except Exception:
+                    log.exception("policy error on connection %d", env_id)
+                    await ws.send(traceback.format_exc())
+                    await ws.close(code=1011, reason="Internal server error")
+                    return
+                timing: dict[str, float] = {"infer_ms": infer_ms}
+                if prev_total_ms is not None:
+                    timing["prev_total_ms"] = prev_total_ms
+                await ws.send(msgpack_numpy.packb({"actions": action, "server_timing": timing}))
+                prev_total_ms = (time.monotonic() - start) * 1000.0
+        except websockets.ConnectionClosed:
+            pass
+        finally:
+            self._connections -= 1
+
+    async def serve(self, stop: asyncio.Event, ready: Callable[[str, int], None] | None = None) -> None:
+        from websockets.asyncio.server import serve
+
+        async with serve(
+            self._handle,
+            self.host,
+            self.port,
+            process_request=self._process_request,
+            compression=None,
+            max_size=self.max_message_bytes,
+            write_limit=2**20,
+        ) as server:
+            self.bound_port = server.sockets[0].getsockname()[1]
+            if ready is not None:
+                ready(self.host, self.bound_port)
+            await stop.wait()
+            server.close()
+            await server.wait_closed()
+        await self.worker.aclose()
+
+
+def openpi_healthy(host: str, port: int, timeout_s: float = 1.0) -> bool:
+    """True when `GET /healthz` answers 200."""
+    try:
+        conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+        try:
+            conn.request("GET", HEALTH_PATH)
+            return conn.getresponse().status == 200
+        finally:
+            conn.close()
+    except (OSError, http.client.HTTPException):
+        return False
+
+
+# ===================================================================== client
+
+
+class ServerResourceOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    gpus: int = 0
+    cpus: float = 1
+    memory_gb: float = 2
+
+
+class BatchingOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    max_batch: int = Field(8, ge=1)
+    max_wait_ms: float = Field(5.0, ge=0)
+
+
+class RemoteClientOptions(BaseModel):
+    """Options shared by `openpi_remote` and `gr00t_remote`.
+
+    Client side: `host`, `port` (the backend fills them in when it starts the server), `api_key`,
+    `connect_timeout_s` (how long to wait for the server to become ready, and to come back after it is
+    lost), `request_timeout_s` (one request), `max_retries` (re-sends of one request after a lost
+    connection), `backoff_s`/`backoff_max_s` (reconnect pacing).
+    Server side (used when evalfleet starts the server): `serve` = the policy to serve, given as
+    `{type: <registered policy>, <its options>...}`; `batching`; `server_resources`. Without `serve`
+    the client talks to a server someone else runs, at `host:port`.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    api_key: str | None = None
+    connect_timeout_s: float = Field(60.0, gt=0)
+    request_timeout_s: float = Field(30.0, gt=0)
+    max_retries: int = Field(3, ge=0)
+    backoff_s: float = Field(0.05, gt=0)
+    backoff_max_s: float = Field(2.0, gt=0)
+    max_message_mb: float = Field(DEFAULT_MAX_MESSAGE_MB, gt=0)
+    observation_map: dict[str, str] = Field(default_factory=dict)
+    serve: dict[str, Any] | None = None
+    batching: BatchingOptions = Field(default_factory=BatchingOptions)
+    server_resources: ServerResourceOptions = Field(default_factory=ServerResourceOptions)
+
+
+class OpenpiRemoteOptions(RemoteClientOptions):
+    action_key: str = "actions"
+
+
+class OpenpiRemotePolicy(BasePolicy):
+    """A policy behind an openpi-protocol server. One websocket per env_id, so a runner's lockstepped
+    envs are in flight together and the server can batch them."""
+
+    def __init__(self, options: OpenpiRemoteOptions):
+        self.options = options
+        scheme = "" if options.host.startswith(("ws://", "wss://")) else "ws://"
+        self.uri = f"{scheme}{options.host}:{options.port}"
+        self._connections: dict[int, Any] = {}
+        self.server_metadata: dict[str, Any] = {}
+        self._connection(0, time.monotonic() + options.connect_timeout_s)  # readiness wait
+        self.metadata = dict(self.server_metadata)
+
+    # ---- connections
+
+    def _new_backoff(self) -> Backoff:
+        return Backoff(initial_s=self.options.backoff_s, max_s=self.options.backoff_max_s)
+
+    def _open(self, deadline: float) -> Any:
+        from websockets.exceptions import InvalidHandshake, InvalidStatus, WebSocketException
+        from websockets.sync.client import connect
+
+        backoff = self._new_backoff()
+        last: Exception | None = None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            ws = None
+            try:
+                ws = connect(
+                    self.uri,
+                    open_timeout=max(min(remaining, 10.0), 0.05),
+                    compression=None,
+                    proxy=None,
+                    max_size=int(self.options.max_message_mb * 2**20),
+                    additional_headers=api_key_header(self.options.api_key) if self.options.api_key else None,
+                )
+                first = ws.recv(timeout=max(deadline - time.monotonic(), 0.05))
+                if isinstance(first, str):
+                    raise RemotePolicyError(f"openpi server at {self.uri} sent an error instead of metadata:\n{first}")
+                self.server_metadata = msgpack_numpy.unpackb(first) or {}
+                return ws
+            except InvalidStatus as exc:
+                status = exc.response.status_code
+                if status in (401, 403):
+                    raise AuthenticationError(
+                        f"openpi server at {self.uri} refused the API key (HTTP {status}); set the server's key",
+                        key="policy.api_key",
+                    ) from None
+                last = exc
+            except (OSError, TimeoutError, InvalidHandshake, WebSocketException, msgpack_numpy.WireFormatError) as exc:
+                last = exc
+            if ws is not None:
+                ws.close()
+            if not backoff.sleep(deadline):
+                break
+        raise InfrastructureError(
+            f"openpi server at {self.uri} not reachable within {self.options.connect_timeout_s:g} s"
+            f" (last error: {type(last).__name__}: {last})"
+        )
+
+    def _connection(self, env_id: int, deadline: float) -> Any:
+        ws = self._connections.get(env_id)
+        if ws is None:
+            ws = self._open(deadline)
+            self._connections[env_id] = ws
+        return ws
+
+    def _drop(self, env_id: int) -> None:
+        ws = self._connections.pop(env_id, None)
+        if ws is not None:
+            try:
+                ws.close()
+            except Exception:  # noqa: BLE001 - it is being thrown away
+                pass
+
+    # ---- one request, with retries
+
+    def _decode(self, env_id: int, reply: Any) -> dict[str, Any]:
+        if isinstance(reply, str):
+            self._drop(env_id)
+            raise RemotePolicyError(f"openpi server at {self.uri} reported an error:\n{reply}")
+        message = msgpack_numpy.unpackb(reply)
+        if not isinstance(message, dict):
+            raise RemotePolicyError(f"openpi server at {self.uri} sent a {type(message).__name__}, not a map")
+        return message
+
+    def _roundtrip(self, env_id: int, payload: bytes, failure: Exception | None = None) -> dict[str, Any]:
+        from websockets.exceptions import ConnectionClosed
+
+        opts = self.options
+        deadline = None if failure is None else time.monotonic() + opts.connect_timeout_s
+        backoff = self._new_backoff()
+        attempts = 0 if failure is None else 1
+        while True:
+            if failure is not None:
+                if attempts > opts.max_retries or deadline is None or not backoff.sleep(deadline):
+                    raise InfrastructureError(
+                        f"openpi server at {self.uri} lost: {type(failure).__name__}: {failure}"
+                        f" (gave up after {attempts} attempt(s))"
+                    ) from failure
+            try:
+                ws = self._connection(env_id, deadline or time.monotonic() + opts.connect_timeout_s)
+                ws.send(payload)
+                return self._decode(env_id, ws.recv(timeout=opts.request_timeout_s))
+            except (TimeoutError, ConnectionClosed, OSError) as exc:
+                self._drop(env_id)
+                failure = exc
+                attempts += 1
+                if deadline is None:
+                    deadline = time.monotonic() + opts.connect_timeout_s
+
+    # ---- policy protocol
+
+    def _payload(self, observation: dict[str, Any]) -> bytes:
+        mapping = self.options.observation_map
+        if mapping:
+            observation = {mapping.get(k, k): v for k, v in observation.items()}
+        return msgpack_numpy.packb(observation)
+
+    def _action(self, reply: dict[str, Any]) -> np.ndarray:
+        if self.options.action_key not in reply:
+            raise RemotePolicyError(
+                f"openpi server at {self.uri} replied without {self.options.action_key!r} (keys: {sorted(reply)})"
+            )
+        return np.asarray(reply[self.options.action_key])
+
+    def act(self, observation: dict[str, Any], env_id: int = 0) -> np.ndarray:
+        return self._action(self._roundtrip(env_id, self._payload(observation)))
+
+    def act_batch(self, observations: list[dict[str, Any]], env_ids: list[int]) -> list[np.ndarray]:
+        if len(observations) <= 1:
+            return [self.act(obs, env_id) for obs, env_id in zip(observations, env_ids)]
+        from websockets.exceptions import ConnectionClosed
+
+        payloads = [self._payload(obs) for obs in observations]
+        sent: dict[int, Exception | None] = {}
+        for env_id, payload in zip(env_ids, payloads):  # send all first: the server sees them together
+            try:
+                self._connection(env_id, time.monotonic() + self.options.connect_timeout_s).send(payload)
+                sent[env_id] = None
+            except (ConnectionClosed, OSError) as exc:
+                self._drop(env_id)
+                sent[env_id] = exc
+        results: list[np.ndarray] = []
+        try:
+            for env_id, payload in zip(env_ids, payloads):
+                failure = sent[env_id]
+                if failure is None:
+                    try:
+                        reply = self._connections[env_id].recv(timeout=self.options.request_timeout_s)
+                        results.append(self._action(self._decode(env_id, reply)))
+                        continue
+                    except (TimeoutError, ConnectionClosed, OSError) as exc:
+                        self._drop(env_id)
+                        failure = exc
+                results.append(self._action(self._roundtrip(env_id, payload, failure)))
+        except BaseException:
+            for env_id in env_ids[len(results):]:  # replies still owed on these connections: start afresh
+                self._drop(env_id)
+            raise
+        return results
+
+    def reset(self, episode_seed: int, env_id: int = 0) -> None:
+        if not (self.server_metadata.get("evalfleet") or {}).get("reset"):
+            return  # a plain openpi server has no reset
+        reply = self._roundtrip(env_id, msgpack_numpy.packb({RESET_KEY: {"episode_seed": int(episode_seed)}}))
+        if not reply.get("ok"):
+            raise RemotePolicyError(f"openpi server at {self.uri} did not acknowledge the reset: {reply}")
+
+    def close(self) -> None:
+        for env_id in list(self._connections):
+            self._drop(env_id)
+
+
+@POLICIES.register(
+    "openpi_remote",
+    options=OpenpiRemoteOptions,
+    summary="a policy behind an openpi websocket server (started by evalfleet when `serve` is given)",
+)
+def make_openpi_remote(options: Any, context: Any = None) -> OpenpiRemotePolicy:
+    return OpenpiRemotePolicy(validate_options(OpenpiRemoteOptions, options))
