@@ -1,0 +1,90 @@
+"""Live progress of a run, read from the Runs' logs as they grow (no IPC with workers needed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from evalfleet.rollout.runner import run_log_files
+
+
+@dataclass
+class RunProgress:
+    planned: int
+    max_attempts: int
+    decided: set[int] = field(default_factory=set)
+    successes: dict[int, bool] = field(default_factory=dict)
+    errors: int = 0
+
+
+class LogTail:
+    """Reads only the complete lines appended to a file since the last call."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.offset = 0
+
+    def new_lines(self) -> list[str]:
+        try:
+            size = os.path.getsize(self.path)
+        except OSError:
+            return []
+        if size < self.offset:
+            self.offset = 0  # replaced (e.g. merged by collect): read again
+        if size == self.offset:
+            return []
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            data = f.read(size - self.offset)
+        end = data.rfind(b"\n")
+        if end < 0:
+            return []
+        self.offset += end + 1
+        return data[: end + 1].decode("utf-8", "replace").splitlines()
+
+
+class ProgressTracker:
+    def __init__(self, out_dir: Path, runs: dict[str, tuple[int, int]]):
+        """`runs`: name → (planned episodes, max_attempts)."""
+        self.out_dir = out_dir
+        self.runs = {name: RunProgress(planned, attempts) for name, (planned, attempts) in runs.items()}
+        self._tails: dict[Path, LogTail] = {}
+        self.started = time.monotonic()
+        self.initial_done = 0
+
+    def poll(self) -> None:
+        for name, progress in self.runs.items():
+            for path in run_log_files(self.out_dir, name):
+                tail = self._tails.get(path)
+                if tail is None:
+                    tail = self._tails[path] = LogTail(path)
+                for line in tail.new_lines():
+                    try:
+                        rec = json.loads(line)
+                    except ValueError:
+                        continue
+                    ep = rec.get("episode")
+                    if not isinstance(ep, int):
+                        continue
+                    status = rec.get("status")
+                    if status in ("success", "failure"):
+                        progress.decided.add(ep)
+                        progress.successes[ep] = status == "success"
+                    elif status == "error":
+                        progress.errors += 1
+                        if int(rec.get("attempt", 1)) >= progress.max_attempts:
+                            progress.decided.add(ep)
+
+    def done(self, name: str) -> int:
+        return len(self.runs[name].decided)
+
+    @property
+    def total_done(self) -> int:
+        return sum(len(p.decided) for p in self.runs.values())
+
+    @property
+    def total_planned(self) -> int:
+        return sum(p.planned for p in self.runs.values())
