@@ -1,0 +1,282 @@
+"""Collect: merge every Run's logs from one or more sources into one output folder or bucket prefix.
+
+For each Run found in the sources (a folder holding `episode_results.jsonl`, `parts/*.jsonl` and/or
+`run_status.json`), collect writes `<run>/episode_results.jsonl` — one line per episode, sorted by episode,
+duplicates resolved to the last complete record (latest timestamp, then later line), torn lines dropped —,
+copies `<run>/videos/**`, `plots/**` and `experiment.yaml`, and writes `experiment_result.json` with each Run's
+status, counts, success rate with its 95% Wilson interval, timings and provenance.
+
+Collecting a folder into itself (`collect([OUT], OUT)`) works in place: the shard logs stay, the merged file is
+replaced atomically, and nothing is copied.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from evalfleet.errors import UserError
+from evalfleet.outputs.storage import Location, open_location
+from evalfleet.outputs.summary import RESULT_FILE, build_result, provenance, summarise_run
+from evalfleet.rollout.records import RECORDS_FILE
+
+log = logging.getLogger("evalfleet.outputs")
+
+PARTS_DIR = "parts"
+STATUS_FILE = "run_status.json"
+EXPERIMENT_FILE = "experiment.yaml"
+VIDEOS_DIR = "videos"
+PLOTS_DIR = "plots"
+SKIP_DIRS = {VIDEOS_DIR, PLOTS_DIR, PARTS_DIR}
+MAX_DEPTH = 3  # how deep below a source root Runs are looked for
+
+
+@dataclass
+class RunSource:
+    """One Run folder inside one source."""
+
+    location: Location
+    rel: str  # the Run folder relative to the source root ("" when the source is the Run folder itself)
+    record_files: list[str] = field(default_factory=list)  # merged file first, then parts/*.jsonl by name
+    status_file: str | None = None
+    has_videos: bool = False
+
+
+@dataclass
+class RunData:
+    name: str
+    sources: list[RunSource]
+    records: list[dict[str, Any]]  # latest record per episode, sorted by episode
+    lines: list[str]  # the records' original JSON lines, same order
+    status: dict[str, Any] | None
+    summary: dict[str, Any] | None = None
+
+
+# --- finding Runs ------------------------------------------------------------------------------------
+
+def _rel(*parts: str) -> str:
+    return "/".join(p.strip("/") for p in parts if p)
+
+
+def find_runs(loc: Location, *, max_depth: int = MAX_DEPTH) -> dict[str, RunSource]:
+    """Run name → where its files are, for every Run folder at most `max_depth` levels below `loc`."""
+    found: dict[str, RunSource] = {}
+
+    def visit(rel: str, depth: int) -> None:
+        entries = dict(loc.listdir(rel))
+        parts = []
+        if entries.get(PARTS_DIR) is True:
+            parts = [n for n, is_dir in loc.listdir(_rel(rel, PARTS_DIR)) if not is_dir and n.endswith(".jsonl")]
+        merged = entries.get(RECORDS_FILE) is False
+        status = entries.get(STATUS_FILE) is False
+        if merged or parts or status:
+            name = rel.rsplit("/", 1)[-1] if rel else _basename(loc)
+            src = RunSource(location=loc, rel=rel, status_file=_rel(rel, STATUS_FILE) if status else None,
+                            has_videos=entries.get(VIDEOS_DIR) is True)
+            if merged:
+                src.record_files.append(_rel(rel, RECORDS_FILE))
+            src.record_files.extend(_rel(rel, PARTS_DIR, n) for n in sorted(parts))
+            if name in found:
+                raise UserError(f"two folders hold a Run named {name!r} ({found[name].rel or '.'} and {rel}); "
+                                "pass them as separate sources", where=loc.url)
+            found[name] = src
+            return
+        if depth >= max_depth:
+            return
+        for name, is_dir in sorted(entries.items()):
+            if is_dir and name not in SKIP_DIRS and not name.startswith("."):
+                visit(_rel(rel, name), depth + 1)
+
+    visit("", 0)
+    return found
+
+
+def _basename(loc: Location) -> str:
+    return loc.root.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1] or "run"
+
+
+# --- reading and merging records ---------------------------------------------------------------------
+
+def parse_record_lines(data: bytes) -> list[tuple[dict[str, Any], str]]:
+    """(record, line) for every complete JSON object line; a torn last line and garbled lines are dropped."""
+    text = data.decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    lines.pop()  # the text after the last "\n": empty, or a torn line
+    out = []
+    for line in lines:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("episode", rec.get("env_id")), int):
+            out.append((rec, line))
+    return out
+
+
+def merge_records(chunks: list[list[tuple[dict[str, Any], str]]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Latest record per episode (by timestamp, then by read order), sorted by episode."""
+    best: dict[int, tuple[float, int, dict[str, Any], str]] = {}
+    seq = 0
+    for chunk in chunks:
+        for rec, line in chunk:
+            seq += 1
+            ep = rec.get("episode", rec.get("env_id"))
+            ts = rec.get("timestamp")
+            ts = float(ts) if isinstance(ts, (int, float)) else float("-inf")
+            cur = best.get(ep)
+            if cur is None or (ts, seq) >= (cur[0], cur[1]):
+                best[ep] = (ts, seq, rec, line)
+    order = sorted(best)
+    return [best[e][2] for e in order], [best[e][3] for e in order]
+
+
+def _merge_status(statuses: list[dict[str, Any]]) -> dict[str, Any] | None:
+    if not statuses:
+        return None
+    if len(statuses) == 1:
+        return statuses[0]
+    merged = dict(statuses[0])
+    planned = [s.get("planned_episodes") for s in statuses if isinstance(s.get("planned_episodes"), int)]
+    merged["planned_episodes"] = max(planned) if planned else None
+    states = [s.get("state") for s in statuses]
+    merged["state"] = ("failed" if "failed" in states else "running" if "running" in states else
+                       "completed" if states and all(s == "completed" for s in states) else statuses[-1].get("state"))
+    reasons = [s.get("reason") for s in statuses if s.get("reason")]
+    merged["reason"] = "; ".join(dict.fromkeys(reasons)) if reasons else None
+    return merged
+
+
+def read_run(name: str, sources: list[RunSource], *, merged_only: bool = False) -> RunData:
+    """Merge a Run's records from all its sources. `merged_only`: where a collected episode_results.jsonl
+    exists, read it alone (the report of a collected folder), not the shard logs it was made from."""
+    chunks = []
+    statuses = []
+    for src in sources:
+        files = src.record_files
+        if merged_only and files and files[0].endswith(RECORDS_FILE):
+            files = files[:1]
+        for rel in files:
+            chunks.append(parse_record_lines(src.location.read_bytes(rel)))
+        if src.status_file:
+            try:
+                status = json.loads(src.location.read_bytes(src.status_file))
+            except ValueError as exc:
+                raise UserError(f"not valid JSON ({exc})", where=src.location.display(src.status_file)) from None
+            if not isinstance(status, dict):
+                raise UserError("expected a JSON object", where=src.location.display(src.status_file))
+            statuses.append(status)
+    records, lines = merge_records(chunks)
+    return RunData(name=name, sources=sources, records=records, lines=lines, status=_merge_status(statuses))
+
+
+def load_runs(locations: list[Location], *, merged_only: bool = False) -> list[RunData]:
+    """Every Run found in the locations, records merged across them, sorted by Run name."""
+    by_name: dict[str, list[RunSource]] = {}
+    for loc in locations:
+        for name, src in find_runs(loc).items():
+            by_name.setdefault(name, []).append(src)
+    return [read_run(name, by_name[name], merged_only=merged_only) for name in sorted(by_name)]
+
+
+# --- collect -----------------------------------------------------------------------------------------
+
+def collect(sources: list[str], output: str, *, endpoint_url: str | None = None,
+            report: bool = False) -> dict[str, Any]:
+    """Merge `sources` (folders or URLs) into `output` (a folder or URL) and return experiment_result.json's
+    content. With `report=True` also writes `index.html` there. Raises UserError on bad input, before writing."""
+    if not sources:
+        raise UserError("give at least one source folder or URL", where="command line")
+    try:
+        return _collect(sources, output, endpoint_url=endpoint_url, report=report)
+    except PermissionError as exc:
+        raise UserError(f"access denied ({exc}); check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY and the "
+                        "endpoint (--s3-endpoint or EVALFLEET_S3_ENDPOINT)", where=output) from None
+
+
+def _collect(sources: list[str], output: str, *, endpoint_url: str | None, report: bool) -> dict[str, Any]:
+    dest = open_location(output, endpoint_url=endpoint_url, role="output")
+    locations = []
+    for src in sources:
+        loc = open_location(src, endpoint_url=endpoint_url, role="source")
+        if not loc.exists():
+            raise UserError("source does not exist", where=src)
+        if not loc.isdir():
+            raise UserError("source must be a folder (or bucket prefix) holding Run folders", where=src)
+        locations.append(loc)
+    if dest.exists() and not dest.isdir():
+        raise UserError("output exists and is not a folder", where=output)
+
+    runs = load_runs(locations)
+    if not runs:
+        raise UserError(f"no Runs found (looked for <run>/{RECORDS_FILE}, <run>/{PARTS_DIR}/*.jsonl or "
+                        f"<run>/{STATUS_FILE} up to {MAX_DEPTH} levels down)", where=", ".join(sources))
+
+    experiment_bytes = None
+    experiment_loc = None
+    for loc in locations:
+        if loc.exists(EXPERIMENT_FILE):
+            data = loc.read_bytes(EXPERIMENT_FILE)
+            if experiment_bytes is None:
+                experiment_bytes, experiment_loc = data, loc
+            elif data != experiment_bytes:
+                log.warning("%s differs from %s; keeping the first", loc.display(EXPERIMENT_FILE),
+                            experiment_loc.display(EXPERIMENT_FILE))
+
+    log.info("collecting %d Runs from %d source(s) into %s", len(runs), len(locations), output)
+    for run in runs:
+        _write_run(run, dest)
+    if experiment_loc is not None and not experiment_loc.same_place(dest):
+        dest.write_bytes(EXPERIMENT_FILE, experiment_bytes)
+    for loc in locations:
+        if not loc.same_place(dest) and loc.isdir(PLOTS_DIR):
+            for rel in loc.walk_files(PLOTS_DIR):
+                _copy_if_changed(loc, rel, dest, rel)
+
+    summaries = [summarise_run(r.name, r.records, r.status) for r in runs]
+    for run, summary in zip(runs, summaries):
+        run.summary = summary
+    result = build_result(summaries, provenance(experiment_bytes, sources=[_safe_url(s) for s in sources]))
+    dest.write_bytes(RESULT_FILE, (json.dumps(result, indent=2, sort_keys=False) + "\n").encode())
+    if report:
+        from evalfleet.outputs.report import REPORT_FILE, render_report
+
+        plots = sorted(rel for rel in dest.walk_files(PLOTS_DIR) if rel.lower().endswith(".png")) \
+            if dest.isdir(PLOTS_DIR) else []
+        dest.write_bytes(REPORT_FILE, render_report(result, runs, plots=plots,
+                                                             title=f"evalfleet report: {_basename(dest)}").encode("utf-8"))
+    return result
+
+
+def _write_run(run: RunData, dest: Location) -> None:
+    body = ("\n".join(run.lines) + "\n") if run.lines else ""
+    dest.write_bytes(_rel(run.name, RECORDS_FILE), body.encode("utf-8"))
+    in_place = all(src.location.same_place(dest) and src.rel == run.name for src in run.sources)
+    if in_place:
+        return
+    if run.status is not None:
+        dest.write_bytes(_rel(run.name, STATUS_FILE), (json.dumps(run.status, indent=2) + "\n").encode())
+    for src in run.sources:
+        if src.has_videos and not (src.location.same_place(dest) and src.rel == run.name):
+            prefix = _rel(src.rel, VIDEOS_DIR)
+            for rel in src.location.walk_files(prefix):
+                _copy_if_changed(src.location, rel, dest, _rel(run.name, rel[len(src.rel):] if src.rel else rel))
+
+
+def _copy_if_changed(src: Location, rel_src: str, dest: Location, rel_dst: str) -> None:
+    size = src.size(rel_src)
+    if size is not None and dest.size(rel_dst) == size:
+        return  # already there (re-collect): videos and plots are written once
+    dest.copy_from(src, rel_src, rel_dst)
+
+
+def _safe_url(url: str) -> str:
+    # Never record credentials embedded in a URL (scheme://user:secret@host/...).
+    if "://" in url and "@" in url.split("://", 1)[1].split("/", 1)[0]:
+        scheme, rest = url.split("://", 1)
+        return f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return url

@@ -1,0 +1,191 @@
+"""Per-Run summaries and provenance for `experiment_result.json`.
+
+A Run is *completed* when every planned episode has a decided record (success or failure), *partial* when
+episodes are missing or infrastructure errors are left, and *failed* when its backend said so in
+`run_status.json` (with the reason). Success rates are over decided episodes only (errors excluded) with a
+95% Wilson interval, and are null, never 0, when nothing was decided.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import importlib.metadata
+import platform
+import socket
+from typing import Any, Iterable
+
+from evalfleet import __version__
+from evalfleet.analysis.stats import wilson_interval
+
+RESULT_FILE = "experiment_result.json"
+RESULT_SCHEMA = "evalfleet.experiment_result/1"
+RUN_STATUSES = ("completed", "partial", "failed")
+PROVENANCE_PACKAGES = (
+    "numpy", "mujoco", "metaworld", "gymnasium", "pydantic", "PyYAML", "fsspec", "s3fs", "matplotlib",
+    "scipy", "torch", "jax", "openpi-client", "ray", "playwright",
+)
+
+
+def success_rate(successes: int, decided: int) -> tuple[float | None, list[float] | None]:
+    if decided <= 0:
+        return None, None
+    lo, hi = wilson_interval(successes, decided)
+    return successes / decided, [lo, hi]
+
+
+def summarise_run(name: str, records: list[dict[str, Any]], status: dict[str, Any] | None,
+                  *, records_file: str | None = None) -> dict[str, Any]:
+    """One Run's entry in experiment_result.json. `records` are the merged (latest-per-episode) records."""
+    status = status or {}
+    counts = {"success": 0, "failure": 0, "error": 0}
+    durations: list[float] = []
+    timestamps: list[float] = []
+    recorded_episodes: set[int] = set()
+    videos = 0
+    for rec in records:
+        st = rec.get("status")
+        if st not in counts:
+            st = "error"
+        counts[st] += 1
+        recorded_episodes.add(int(rec.get("episode", rec.get("env_id", -1))))
+        d = rec.get("duration_s")
+        if isinstance(d, (int, float)):
+            durations.append(float(d))
+        t = rec.get("timestamp")
+        if isinstance(t, (int, float)):
+            timestamps.append(float(t))
+        if rec.get("video"):
+            videos += 1
+
+    planned = status.get("planned_episodes")
+    planned = int(planned) if isinstance(planned, (int, float)) else None
+    decided = counts["success"] + counts["failure"]
+    if planned is not None:
+        missing = sum(1 for e in range(planned) if e not in recorded_episodes)
+    else:
+        missing = None
+    state = status.get("state")
+    reason = status.get("reason")
+    notes = []
+    if state == "failed":
+        run_status = "failed"
+        reason = reason or "the backend marked this Run failed without a reason"
+    else:
+        problems = []
+        if missing:
+            problems.append(f"{missing} of {planned} planned episodes not run")
+        if counts["error"]:
+            problems.append(f"{_plural(counts['error'], 'episode')} ended in an infrastructure error "
+                            "(excluded from the rate)")
+        if planned is None:
+            notes.append("planned episode count unknown (no run_status.json)")
+            if not records:
+                problems.append("no episode records")
+        if problems:
+            run_status = "partial"
+            if state == "running":
+                problems.append("the Run was still running or was interrupted")
+            reason = "; ".join(problems)
+        else:
+            run_status = "completed"
+            reason = None
+    rate, ci = success_rate(counts["success"], decided)
+    first = records[0] if records else {}
+    summary = {
+        "run": name,
+        "task": status.get("task") or first.get("task"),
+        "policy": status.get("policy") or first.get("policy"),
+        "status": run_status,
+        "reason": reason,
+        "planned_episodes": planned,
+        "episodes_recorded": len(records),
+        "counts": {**counts, "missing": missing},
+        "decided": decided,
+        "success_rate": rate,
+        "ci95": ci,
+        "timings": {
+            "total_duration_s": round(sum(durations), 6) if durations else None,
+            "mean_duration_s": round(sum(durations) / len(durations), 6) if durations else None,
+            "first_timestamp": min(timestamps) if timestamps else None,
+            "last_timestamp": max(timestamps) if timestamps else None,
+            "wall_s": round(max(timestamps) - min(timestamps), 6) if timestamps else None,
+        },
+        "videos": videos,
+        "records_file": records_file or f"{name}/episode_results.jsonl",
+        "backend_state": state,
+    }
+    if notes:
+        summary["notes"] = notes
+    return summary
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def task_policy_matrix(runs: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Pooled counts per (task, policy) over the Runs that evaluate that pair."""
+    cells: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in runs:
+        key = (str(r.get("task")), str(r.get("policy")))
+        cell = cells.setdefault(key, {"task": key[0], "policy": key[1], "runs": [], "success": 0, "decided": 0,
+                                      "statuses": []})
+        cell["runs"].append(r["run"])
+        cell["success"] += r["counts"]["success"]
+        cell["decided"] += r["decided"]
+        cell["statuses"].append(r["status"])
+    out = []
+    for key in sorted(cells):
+        cell = cells[key]
+        cell["success_rate"], cell["ci95"] = success_rate(cell["success"], cell["decided"])
+        cell["status"] = ("failed" if all(s == "failed" for s in cell["statuses"])
+                          else "completed" if all(s == "completed" for s in cell["statuses"]) else "partial")
+        del cell["statuses"]
+        out.append(cell)
+    return {
+        "tasks": sorted({k[0] for k in cells}),
+        "policies": sorted({k[1] for k in cells}),
+        "cells": out,
+    }
+
+
+def package_versions(names: Iterable[str] = PROVENANCE_PACKAGES) -> dict[str, str]:
+    versions = {}
+    for name in names:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def provenance(experiment_yaml: bytes | None, *, sources: list[str] | None = None) -> dict[str, Any]:
+    return {
+        "evalfleet_version": __version__,
+        "experiment_sha256": hashlib.sha256(experiment_yaml).hexdigest() if experiment_yaml is not None else None,
+        "packages": package_versions(),
+        "host": socket.gethostname(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "sources": list(sources or []),
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def build_result(runs: list[dict[str, Any]], prov: dict[str, Any]) -> dict[str, Any]:
+    by_status = {s: 0 for s in RUN_STATUSES}
+    totals = {"success": 0, "failure": 0, "error": 0, "missing": 0, "recorded": 0}
+    for r in runs:
+        by_status[r["status"]] += 1
+        for k in ("success", "failure", "error"):
+            totals[k] += r["counts"][k]
+        totals["missing"] += r["counts"]["missing"] or 0
+        totals["recorded"] += r["episodes_recorded"]
+    return {
+        "schema": RESULT_SCHEMA,
+        "provenance": prov,
+        "summary": {"runs": len(runs), "runs_by_status": by_status, "episodes": totals},
+        "runs": {r["run"]: r for r in runs},
+        "matrix": task_policy_matrix(runs),
+    }
