@@ -294,3 +294,24 @@ def test_add_watchdog_parser_registers_the_subcommand(tmp_path):
     before = signal.getsignal(signal.SIGTERM)
     assert args.handler(args) == 0
     assert signal.getsignal(signal.SIGTERM) is before  # handlers restored
+
+
+def test_the_rollout_runners_heartbeat_writer_is_understood(tmp_path):
+    """The runner's own writer (evalfleet.rollout.heartbeat) speaks the same contract: its progress is seen, and
+    when it stops making progress the attempt is `stalled`, not `no_heartbeat`."""
+    pytest.importorskip("evalfleet.rollout.heartbeat")
+    script = (
+        "import os, time\n"
+        "from evalfleet.rollout.heartbeat import HeartbeatWriter\n"
+        "hb = HeartbeatWriter(os.environ['EVALFLEET_HEARTBEAT'], 'run/0', min_interval_s=0.05)\n"
+        "hb.beat(state='starting')\n"
+        "for _ in range(20):\n"
+        "    hb.beat(steps=1); time.sleep(0.02)\n"
+        "hb.beat(episodes=1)\n"
+        "time.sleep(3600)\n"
+    )
+    cfg = WatchdogConfig(startup_timeout=30, stall_timeout=1.0, max_restarts=0, poll=0.1, term_grace=1, backoff=0)
+    result = supervise([sys.executable, "-c", script], tmp_path / "hb.json", cfg, log=lambda _: None)
+    assert result.state == "failed"
+    attempt = result.attempts[0]
+    assert attempt["outcome"] == "stalled" and attempt["running_at"] is not None and attempt["steps"] > 0
