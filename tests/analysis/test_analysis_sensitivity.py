@@ -66,7 +66,7 @@ def test_linear_effect_recovered_for_two_overlaid_policies(linear_effect: Path, 
     assert panel["policies"]["noisy"]["control"] is None
 
 
-@pytest.mark.filterwarnings("ignore:Appender is deprecated")
+@pytest.mark.filterwarnings("ignore:.* is deprecated")
 def test_logistic_fit_matches_statsmodels() -> None:
     from statsmodels.discrete.discrete_model import Logit
 

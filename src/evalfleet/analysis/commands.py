@@ -76,7 +76,7 @@ def _default_dir(inputs: list[str]) -> Path:
     return first if first.is_dir() else first.resolve().parent
 
 
-def _load(inputs: list[str], runs: list[str] | None, policies: list[str] | None):
+def _load(inputs: list[str], runs: list[str] | None, policies: list[str] | None, flag: str = "--policies"):
     from evalfleet.analysis.grouping import assign_arms, filter_runs
     from evalfleet.analysis.loading import load_records
 
@@ -88,7 +88,7 @@ def _load(inputs: list[str], runs: list[str] | None, policies: list[str] | None)
             f"all {record_set.n_errors} records are infrastructure errors (status: error); no outcome to analyse",
             where=where,
         )
-    labelled = assign_arms(records, policies, where=where)
+    labelled = assign_arms(records, policies, where=where, flag=flag)
     return record_set, labelled
 
 
@@ -187,7 +187,7 @@ def cmd_sensitivity(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from evalfleet.analysis.compare import compare, print_table
-    from evalfleet.analysis.grouping import ordered_policies
+    from evalfleet.analysis.grouping import UNTAGGED, listing, ordered_policies
     from evalfleet.analysis.plots import write_json
 
     if not 0 < args.alpha < 1:
@@ -197,11 +197,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     wanted = None
     if args.policies:
         wanted = list(dict.fromkeys([args.baseline, *args.policies]))
-    record_set, labelled = _load(args.inputs, args.runs, wanted)
+    record_set, labelled = _load(args.inputs, args.runs, wanted, flag="--baseline/--policies")
     policies = ordered_policies(labelled, wanted)
     if args.baseline not in policies:
-        raise UserError(f"no records for baseline policy {args.baseline!r}; policies present: {', '.join(policies)}",
-                        where=_where(args.inputs), key="--baseline")
+        hint = ""
+        if UNTAGGED in policies:
+            hint = ("; records carry no policy tag: name the policies, e.g. --baseline pi0 --policies cosmos, to "
+                    "group Runs named <task>_<policy>")
+        raise UserError(f"no records for baseline policy {args.baseline!r}; policies present: "
+                        f"{listing(policies)}{hint}", where=_where(args.inputs), key="--baseline")
     if len(policies) < 2:
         raise UserError(f"only policy {args.baseline!r} has records; compare needs a second policy",
                         where=_where(args.inputs), key="--baseline")

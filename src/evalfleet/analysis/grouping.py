@@ -44,6 +44,13 @@ def _strip_suffix(run: str, policy: str) -> str:
     return run[: -len(suffix)] if run.endswith(suffix) and len(run) > len(suffix) else run
 
 
+def listing(items: Iterable[str], limit: int = 10) -> str:
+    """A short comma-separated list for an error line."""
+    items = list(items)
+    shown = ", ".join(items[:limit])
+    return shown + (f", ... ({len(items) - limit} more)" if len(items) > limit else "")
+
+
 def filter_runs(records: list[dict[str, Any]], runs: list[str] | None, *, where: str) -> list[dict[str, Any]]:
     if not runs:
         return records
@@ -51,7 +58,7 @@ def filter_runs(records: list[dict[str, Any]], runs: list[str] | None, *, where:
     missing = [r for r in runs if r not in known]
     if missing:
         raise UserError(
-            f"no records for run(s) {', '.join(missing)}; runs present: {', '.join(known)}", where=where, key="--runs"
+            f"no records for run(s) {', '.join(missing)}; runs present: {listing(known)}", where=where, key="--runs"
         )
     wanted = set(runs)
     return [r for r in records if r["run"] in wanted]
@@ -74,8 +81,8 @@ def assign_arms(
             present = sorted({label(r, None).policy for r in records})
             raise UserError(
                 f"no records for policy {', '.join(repr(p) for p in missing)} (matched by `policy` tag or a "
-                f"`_<policy>` Run-name suffix); policies present: {', '.join(present)}; runs: "
-                f"{', '.join(sorted({r['run'] for r in records}))}",
+                f"`_<policy>` Run-name suffix); policies present: {listing(present)}; runs: "
+                f"{listing(sorted({r['run'] for r in records}))}",
                 where=where,
                 key=flag,
             )
