@@ -131,3 +131,11 @@ def test_arena_episode_results_flag(tmp_path: Path) -> None:
     [(policy, entry)] = panel["policies"].items()
     assert entry["n"] == 300 and entry["fit"]["slope"] < 0
     assert_real_image(png, (540, 420))
+
+
+def test_folder_after_factors_is_taken_as_input(evalfleet_output: Path, tmp_path: Path) -> None:
+    png = tmp_path / "late.png"
+    assert main(["sensitivity", "--factors", "object.mass", str(evalfleet_output), "-o", str(png)]) == 0
+    data = json.loads(png.with_suffix(".json").read_text())
+    assert [p["label"] for p in data["panels"]] == ["object.mass"]
+    assert data["policies"] == ["expert", "noisy"]

@@ -13,7 +13,7 @@ INPUT_HELP = "an output folder (searched recursively), a .tar/.tar.gz archive or
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plot", help="grouped success-rate bars with 95%% intervals (and average progress)",
-                       description="Grouped success-rate bars: tasks on the x axis, one bar per policy, 95%% Wilson "
+                       description="Grouped success-rate bars: tasks on the x axis, one bar per policy, 95% Wilson "
                                    "whiskers, N/A for a missing task/policy pair. Writes PNG + JSON.")
     p.add_argument("inputs", nargs="+", metavar="DIR", help=INPUT_HELP)
     p.add_argument("--output", "-o", help="image file (default DIR/plots/success_rates.png)")
@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=cmd_plot)
 
     s = sub.add_parser("sensitivity", help="outcome against variation factors, policies overlaid",
-                       description="For each factor: binned rates with 95%% intervals and a logistic fit with a 95%% "
+                       description="For each factor: binned rates with 95% intervals and a logistic fit with a 95% "
                                    "band (categorical factors as bars), every policy overlaid, a matched control arm "
                                    "(variation disabled) as a band. Writes PNG + JSON.")
     s.add_argument("inputs", nargs="*", metavar="DIR", help=INPUT_HELP)
@@ -149,7 +149,13 @@ def cmd_sensitivity(args: argparse.Namespace) -> int:
     from evalfleet.analysis.grouping import ordered_policies
     from evalfleet.analysis.plots import write_json
 
-    inputs = list(args.inputs) + list(args.episode_results)
+    factors = list(args.factors)
+    # `--factors K ... DIR`: argparse hands a trailing folder or record file to --factors; take it back.
+    moved = [f for f in factors if _looks_like_input(f)]
+    factors = [f for f in factors if f not in moved]
+    if not factors:
+        raise UserError("--factors needs at least one variation key", where="command line", key="--factors")
+    inputs = list(args.inputs) + moved + list(args.episode_results)
     if not inputs:
         raise UserError("give an output folder or --episode-results FILE.jsonl", where="command line")
     if args.bins < 1:
@@ -160,7 +166,7 @@ def cmd_sensitivity(args: argparse.Namespace) -> int:
     record_set, labelled = _load(inputs, args.runs, args.policies)
     records = [rec for _, rec in labelled]
     outcome = sens.resolve_outcome(args.outcome, records, where=where)
-    specs = sens.resolve_factors(args.factors, sens.catalog(records), where=where)
+    specs = sens.resolve_factors(factors, sens.catalog(records), where=where)
     policies = ordered_policies(labelled, args.policies)
     panels = sens.analyse(labelled, specs, outcome, policies, method=args.method, bins=args.bins)
     title = f"Sensitivity of {outcome.name} ({len(records)} episodes; policies: {', '.join(policies)})"
@@ -180,6 +186,11 @@ def cmd_sensitivity(args: argparse.Namespace) -> int:
                 print(f"  {panel['label']} / {policy}: slope {fit['slope']:+.4g} per unit "
                       f"[{lo:+.4g}, {hi:+.4g}] ({fit['model']}, n={fit['n']})")
     return 0
+
+
+def _looks_like_input(name: str) -> bool:
+    path = Path(name)
+    return path.is_dir() or (path.is_file() and (name.endswith(".jsonl") or name.endswith((".tar", ".tar.gz", ".tgz"))))
 
 
 # ---------------------------------------------------------------------------------------------- compare

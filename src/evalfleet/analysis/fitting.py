@@ -100,7 +100,7 @@ def logistic_fit(
         converged = False
         note = "outcome (nearly) separated by the factor: the fit is unreliable"
     elif not converged:
-        note = "IRLS did not converge"
+        note = "IRLS did not converge (outcome likely separated by the factor): the fit is unreliable"
 
     slope = beta[1] / scale
     slope_se = math.sqrt(cov[1, 1]) / scale
