@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from outputs_helpers import free_ports, make_sample_output
+from outputs_helpers import free_ports, make_sample_output, s3fs_client
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -58,13 +58,6 @@ S3_SECRET = "evalfleet-test-secret-0123456789"
 S3_BUCKET = "evalfleet-results"
 
 
-def _s3fs(endpoint: str, key: str, secret: str):
-    import s3fs
-
-    return s3fs.S3FileSystem(key=key, secret=secret, client_kwargs={"endpoint_url": endpoint},
-                             skip_instance_cache=True, use_listings_cache=False)
-
-
 @pytest.fixture(scope="module")
 def seaweed_s3(tmp_path_factory):
     """`weed mini` on 127.0.0.1 with its own ports and data dir; yields (endpoint, key, secret, bucket)."""
@@ -97,7 +90,7 @@ def seaweed_s3(tmp_path_factory):
                 raise RuntimeError(f"weed mini exited with {proc.returncode}: "
                                    + (data / "weed.log").read_text(errors="replace")[-2000:])
             try:
-                fs = _s3fs(endpoint, S3_KEY, S3_SECRET)
+                fs = s3fs_client(endpoint, S3_KEY, S3_SECRET)
                 if not fs.exists(S3_BUCKET):
                     fs.mkdir(S3_BUCKET)
                 fs.pipe_file(f"{S3_BUCKET}/.ready", b"ok")

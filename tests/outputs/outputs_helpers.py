@@ -96,3 +96,10 @@ def free_ports(n: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
+
+
+def s3fs_client(endpoint: str, key: str, secret: str):
+    import s3fs
+
+    return s3fs.S3FileSystem(key=key, secret=secret, client_kwargs={"endpoint_url": endpoint},
+                             skip_instance_cache=True, use_listings_cache=False)
