@@ -6,3 +6,4 @@ imported only when a server or client is actually used.
 """
 
 from evalfleet.serving import gr00t, openpi  # noqa: F401 - register the remote-client policies
+from evalfleet.serving import bindings  # noqa: E402,F401 - registers the server bindings

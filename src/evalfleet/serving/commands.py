@@ -24,6 +24,8 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("policy", help="registered policy type, e.g. zero, metaworld_expert")
     p.add_argument("options", nargs="*", metavar="KEY=VALUE", help="policy options")
+    p.add_argument("--options-json", default=None, metavar="JSON",
+                   help="policy options as one JSON map (KEY=VALUE pairs are applied on top)")
     p.add_argument("--protocol", choices=("openpi", "gr00t"), required=True)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=int, default=0, help="port (default 0: a free one, printed)")
@@ -96,7 +98,15 @@ def serve_command(args: argparse.Namespace) -> int:
         raise UserError(f"--env-options is not YAML: {exc}", where="command line") from None
     if not isinstance(env_options, dict):
         raise UserError("--env-options must be a mapping", where="command line", key="--env-options")
-    options = parse_key_values(args.options)
+    options: dict[str, Any] = {}
+    if args.options_json:
+        try:
+            options = json.loads(args.options_json)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"--options-json is not JSON: {exc}", where="command line") from None
+        if not isinstance(options, dict):
+            raise UserError("--options-json must be a JSON object", where="command line")
+    _merge(options, parse_key_values(args.options))
     context = PolicyContext(
         run=args.run, task=args.task, env_type=args.env_type, env_options=env_options,
         action_dim=args.action_dim, seed=args.seed,
@@ -146,3 +156,11 @@ def _load_builtin_policies() -> None:
 
     for module in pkgutil.iter_modules(evalfleet.policies.__path__):
         importlib.import_module(f"evalfleet.policies.{module.name}")
+
+
+def _merge(into: dict[str, Any], extra: dict[str, Any]) -> None:
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value

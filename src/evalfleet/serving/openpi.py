@@ -223,6 +223,20 @@ class OpenpiRemoteOptions(RemoteClientOptions):
     action_key: str = "actions"
 
 
+def _connect_compat(connect: Any) -> dict[str, Any]:
+    """Keyword arguments that keep `websockets.sync.client.connect` returning a plain connection and
+    never going through a proxy, across websockets versions (proxy: 15+, legacy: 17+)."""
+    import inspect
+
+    params = inspect.signature(connect).parameters
+    extra: dict[str, Any] = {}
+    if "proxy" in params:
+        extra["proxy"] = None
+    if "legacy" in params:
+        extra["legacy"] = True
+    return extra
+
+
 class OpenpiRemotePolicy(BasePolicy):
     """A policy behind an openpi-protocol server. One websocket per env_id, so a runner's lockstepped
     envs are in flight together and the server can batch them."""
@@ -255,9 +269,9 @@ class OpenpiRemotePolicy(BasePolicy):
             try:
                 ws = connect(
                     self.uri,
+                    **_connect_compat(connect),
                     open_timeout=max(min(remaining, 10.0), 0.05),
                     compression=None,
-                    proxy=None,
                     max_size=int(self.options.max_message_mb * 2**20),
                     additional_headers=api_key_header(self.options.api_key) if self.options.api_key else None,
                 )

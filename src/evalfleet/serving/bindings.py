@@ -1,0 +1,349 @@
+"""Server bindings: for each policy type that lives behind a server, how that server starts.
+
+A `ServerBinding` says, for one client policy type:
+
+* `protocol` (``openpi`` | ``gr00t``) and `default_port`;
+* `command(options, host, port, context)` → a `ServerCommand` (argv, env, cwd, container image) that
+  starts the server; placeholders are already filled in, so a backend runs it as-is (local subprocess via
+  `ServerProcess`) or renders it into a cluster task (OSMO/Ray dry-runs);
+* `resources(options)` → `ServerResources` (gpus, cpus, memory) the server needs;
+* client wiring: `host_field`/`port_field` (and `api_key_field`) name the client options the backend sets
+  so the client finds its server — `wire_client(options, host, port)` returns the wired copy;
+* `server_options(options)`: the part of a Run's policy options that determines the server. Runs whose
+  server options are identical can share one server (`server_sharing: per_policy`); `check(uses)`
+  raises a UserError naming the Runs and the key when Runs meant to share a server disagree.
+  `server_identity(options, context)` is the key a backend groups Runs by.
+
+evalfleet's own remote types, `openpi_remote` and `gr00t_remote`, serve any registered policy with
+``evalfleet serve``. The served policy is given inside the client's options under `serve`::
+
+    policy:
+      type: openpi_remote          # the client the runner uses
+      serve:                       # what the server runs: a registered policy and its options
+        type: metaworld_vision
+        checkpoint: weights.npz
+      batching: {max_batch: 8, max_wait_ms: 5}   # server side
+      request_timeout_s: 30                      # client side; host/port are filled in by the backend
+
+Without `serve` the client talks to a server someone else started (`host`, `port`) and no binding
+applies (`needs_server` is false). The server gets the Run's context (task, env type, action dim) on
+its command line; Runs sharing one server must agree on env type and action dim, and a policy served to
+several tasks reads the task from the observation's `prompt`.
+
+Arena's remote policy types are bound too (by their dotted class names and short names), with the
+server commands Arena's own cluster tasks run: pi0/pi0.5 via openpi's ``scripts/serve_policy.py``,
+Cosmos (openpi protocol) via ``cosmos_framework.scripts.action_policy_server_robolab`` and GR00T (ZMQ)
+via ``gr00t/eval/run_gr00t_server.py``. These render in dry-runs; they cannot run here.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from evalfleet.errors import UserError
+from evalfleet.registry import Registry
+
+
+@dataclass(frozen=True)
+class ServerResources:
+    gpus: int = 0
+    cpus: float = 1
+    memory_gb: float = 2
+
+
+@dataclass(frozen=True)
+class ServerCommand:
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    image: str | None = None  # container image for cluster backends; None: evalfleet's own image
+
+    def shell(self, *, hide: tuple[str, ...] = ()) -> str:
+        """One shell line, e.g. for a cluster task script. Env values named in `hide` are masked."""
+        parts = []
+        if self.cwd:
+            parts.append(f"cd {shlex.quote(self.cwd)} &&")
+        for key, value in self.env.items():
+            parts.append(f"{key}={'***' if key in hide else shlex.quote(value)}")
+        parts.append(shlex.join(self.argv))
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class ServerUse:
+    """One Run that uses a server: its name, its policy options and (optionally) its PolicyContext."""
+
+    run: str
+    options: dict[str, Any]
+    context: Any = None
+
+
+def _always(options: dict[str, Any]) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class ServerBinding:
+    policy_type: str
+    protocol: str
+    default_port: int
+    host_field: str
+    port_field: str
+    command_builder: Callable[[dict[str, Any], str, int, Any], ServerCommand]
+    server_options: Callable[[dict[str, Any]], dict[str, Any]]
+    resources: Callable[[dict[str, Any]], ServerResources]
+    api_key_field: str | None = None
+    needs_server: Callable[[dict[str, Any]], bool] = _always
+    summary: str = ""
+    context_keys: tuple[str, ...] = ()  # PolicyContext fields the server depends on
+
+    def command(self, options: dict[str, Any], host: str = "127.0.0.1", port: int | None = None,
+                context: Any = None) -> ServerCommand:
+        return self.command_builder(dict(options), host, self.default_port if port is None else port, context)
+
+    def wire_client(self, options: dict[str, Any], host: str, port: int) -> dict[str, Any]:
+        wired = dict(options)
+        wired[self.host_field] = host
+        wired[self.port_field] = port
+        return wired
+
+    def api_key(self, options: dict[str, Any]) -> str | None:
+        return options.get(self.api_key_field) if self.api_key_field else None
+
+    def _identity(self, options: dict[str, Any], context: Any) -> dict[str, Any]:
+        ident: dict[str, Any] = {"policy_type": self.policy_type, "server": self.server_options(options)}
+        for key in self.context_keys:
+            ident[key] = getattr(context, key, None) if context is not None else None
+        return ident
+
+    def server_identity(self, options: dict[str, Any], context: Any = None) -> str:
+        """Canonical JSON: Runs with equal identities can share one server."""
+        return json.dumps(self._identity(options, context), sort_keys=True, default=str)
+
+    def check(self, uses: list[ServerUse]) -> None:
+        """All `uses` are to share one server: their server-side settings must agree."""
+        if len(uses) < 2:
+            return
+        first = uses[0]
+        reference = self._identity(first.options, first.context)
+        for use in uses[1:]:
+            other = self._identity(use.options, use.context)
+            if other != reference:
+                key = _first_difference(reference, other)
+                raise UserError(
+                    f"Runs {first.run!r} and {use.run!r} share a {self.policy_type} server but differ in {key}"
+                    f" ({_lookup(reference, key)!r} vs {_lookup(other, key)!r}); make them equal or use"
+                    " server_sharing: per_run",
+                    key=f"runs.{use.run}.policy",
+                )
+
+
+def _first_difference(a: Any, b: Any, prefix: str = "") -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b), key=str):
+            if a.get(key) != b.get(key):
+                return _first_difference(a.get(key), b.get(key), f"{prefix}.{key}" if prefix else str(key))
+    return prefix or "(value)"
+
+
+def _lookup(tree: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(tree, dict):
+            return None
+        tree = tree.get(part)
+    return tree
+
+
+SERVER_BINDINGS: Registry[ServerBinding] = Registry("server binding")
+
+
+def register_binding(binding: ServerBinding, *aliases: str) -> ServerBinding:
+    for name in (binding.policy_type, *aliases):
+        SERVER_BINDINGS.register(name, summary=binding.summary)(lambda b=binding: b)
+    return binding
+
+
+def binding_for(policy_type: str) -> ServerBinding | None:
+    """The binding of a policy type, or None when that policy runs in the runner itself."""
+    entry = SERVER_BINDINGS.get(policy_type)
+    return entry.factory() if entry is not None else None
+
+
+def needs_server(policy_type: str, options: dict[str, Any]) -> bool:
+    binding = binding_for(policy_type)
+    return binding is not None and binding.needs_server(options)
+
+
+# ===================================================================== evalfleet's own
+
+
+def _evalfleet_serve(protocol: str) -> Callable[[dict[str, Any], str, int, Any], ServerCommand]:
+    def build(options: dict[str, Any], host: str, port: int, context: Any) -> ServerCommand:
+        spec = dict(options.get("serve") or {})
+        served_type = spec.pop("type", None)
+        if not served_type:
+            raise UserError("`serve` needs a `type`: the registered policy the server runs", key="policy.serve.type")
+        batching = dict(options.get("batching") or {})
+        argv = ["evalfleet", "serve", str(served_type), "--protocol", protocol, "--host", host, "--port", str(port)]
+        if spec:
+            argv += ["--options-json", json.dumps(spec, sort_keys=True)]
+        argv += ["--max-batch", str(batching.get("max_batch", 8)),
+                 "--max-wait-ms", str(batching.get("max_wait_ms", 5.0))]
+        if options.get("max_message_mb") is not None:
+            argv += ["--max-message-mb", str(options["max_message_mb"])]
+        if context is not None:
+            argv += ["--run", str(context.run), "--task", str(context.task), "--env-type", str(context.env_type),
+                     "--env-options", json.dumps(context.env_options or {}, sort_keys=True, default=str),
+                     "--action-dim", str(context.action_dim), "--seed", str(context.seed)]
+        env = {}
+        if options.get("api_key"):
+            env["EVALFLEET_SERVE_API_KEY"] = str(options["api_key"])  # not on the command line (ps)
+        return ServerCommand(argv=argv, env=env)
+
+    return build
+
+
+def _evalfleet_server_options(options: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "serve": options.get("serve"),
+        "batching": options.get("batching") or {},
+        "api_key": options.get("api_key"),
+        "max_message_mb": options.get("max_message_mb"),
+    }
+
+
+def _evalfleet_resources(options: dict[str, Any]) -> ServerResources:
+    res = dict(options.get("server_resources") or {})
+    return ServerResources(gpus=int(res.get("gpus", 0)), cpus=float(res.get("cpus", 1)),
+                           memory_gb=float(res.get("memory_gb", 2)))
+
+
+for _type, _protocol, _port in (("openpi_remote", "openpi", 8000), ("gr00t_remote", "gr00t", 5555)):
+    register_binding(ServerBinding(
+        policy_type=_type,
+        protocol=_protocol,
+        default_port=_port,
+        host_field="host",
+        port_field="port",
+        api_key_field="api_key",
+        command_builder=_evalfleet_serve(_protocol),
+        server_options=_evalfleet_server_options,
+        resources=_evalfleet_resources,
+        needs_server=lambda options: bool(options.get("serve")),
+        context_keys=("env_type", "action_dim"),
+        summary=f"`evalfleet serve <serve.type> --protocol {_protocol}`",
+    ))
+
+
+# ===================================================================== Arena's remote policies
+
+OPENPI_SERVER_IMAGE = "nvcr.io/nvstaging/isaac-amr/isaaclab_arena:openpi_server"
+COSMOS_SERVER_IMAGE = "nvcr.io/nvstaging/isaac-amr/isaaclab_arena:cosmos_server"
+GR00T_SERVER_IMAGE = "nvcr.io/nvstaging/isaac-amr/gr00t_1_6_droid"
+
+# Arena's pi0 `policy_variant` → openpi training config and checkpoint it serves.
+PI0_VARIANTS = {
+    "pi05": ("pi05_droid_jointpos_polaris", "gs://openpi-assets-simeval/pi05_droid_jointpos"),
+    "pi0": ("pi0_droid_jointpos_polaris", "gs://openpi-assets-simeval/pi0_droid_jointpos"),
+}
+GPU_SERVER = ServerResources(gpus=1, cpus=8, memory_gb=64)
+
+
+def _server_section(options: dict[str, Any]) -> dict[str, Any]:
+    """evalfleet's optional `server:` mapping in an Arena policy's options overrides server defaults."""
+    section = options.get("server") or {}
+    if not isinstance(section, dict):
+        raise UserError("must be a mapping of server settings", key="policy.server")
+    return section
+
+
+def _pi0_server_options(options: dict[str, Any]) -> dict[str, Any]:
+    variant = options.get("policy_variant", "pi05")
+    server = _server_section(options)
+    if variant not in PI0_VARIANTS and not ("config" in server and "dir" in server):
+        raise UserError(f"unknown policy_variant {variant!r} (known: {', '.join(PI0_VARIANTS)}), or give"
+                        " server.config and server.dir", key="policy.policy_variant")
+    config, directory = PI0_VARIANTS.get(variant, (None, None))
+    return {"policy_variant": variant, "config": server.get("config", config), "dir": server.get("dir", directory),
+            "image": server.get("image", OPENPI_SERVER_IMAGE)}
+
+
+def _pi0_command(options: dict[str, Any], host: str, port: int, context: Any) -> ServerCommand:
+    s = _pi0_server_options(options)
+    return ServerCommand(
+        argv=["uv", "run", "scripts/serve_policy.py", f"--port={port}", "policy:checkpoint",
+              f"--policy.config={s['config']}", f"--policy.dir={s['dir']}"],
+        env={"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.5"},
+        cwd="/app",
+        image=s["image"],
+    )
+
+
+def _cosmos_server_options(options: dict[str, Any]) -> dict[str, Any]:
+    server = _server_section(options)
+    return {"checkpoint": server.get("checkpoint", "/workspace/baked_checkpoint"),
+            "image": server.get("image", COSMOS_SERVER_IMAGE)}
+
+
+def _cosmos_command(options: dict[str, Any], host: str, port: int, context: Any) -> ServerCommand:
+    s = _cosmos_server_options(options)
+    return ServerCommand(
+        argv=["python", "-m", "cosmos_framework.scripts.action_policy_server_robolab", "--checkpoint_path",
+              s["checkpoint"], "--port", str(port), "--format-prompt-as-json", "True"],
+        image=s["image"],
+    )
+
+
+def _gr00t_server_options(options: dict[str, Any]) -> dict[str, Any]:
+    server = _server_section(options)
+    return {"model_path": server.get("model_path", "/workspace/pretrained_ckpts/GR00T-N1.6-DROID"),
+            "embodiment_tag": server.get("embodiment_tag", "OXE_DROID"),
+            "image": server.get("image", GR00T_SERVER_IMAGE)}
+
+
+def _gr00t_command(options: dict[str, Any], host: str, port: int, context: Any) -> ServerCommand:
+    s = _gr00t_server_options(options)
+    return ServerCommand(
+        argv=["uv", "run", "python", "gr00t/eval/run_gr00t_server.py", f"--model_path={s['model_path']}",
+              f"--embodiment_tag={s['embodiment_tag']}", f"--host={host}", f"--port={port}"],
+        cwd="/workspace",
+        image=s["image"],
+    )
+
+
+register_binding(ServerBinding(
+    policy_type="isaaclab_arena_openpi.policy.pi0_remote_policy.Pi0RemotePolicy",
+    protocol="openpi", default_port=8000, host_field="remote_host", port_field="remote_port",
+    command_builder=_pi0_command, server_options=_pi0_server_options, resources=lambda o: GPU_SERVER,
+    summary="Arena pi0/pi0.5: openpi scripts/serve_policy.py policy:checkpoint",
+), "pi0_remote")
+
+register_binding(ServerBinding(
+    policy_type="isaaclab_arena_cosmos.policy.cosmos_remote_policy.CosmosRemotePolicy",
+    protocol="openpi", default_port=8000, host_field="remote_host", port_field="remote_port",
+    command_builder=_cosmos_command, server_options=_cosmos_server_options, resources=lambda o: GPU_SERVER,
+    summary="Arena Cosmos: cosmos_framework action_policy_server_robolab (openpi protocol)",
+), "cosmos_remote")
+
+register_binding(ServerBinding(
+    policy_type="isaaclab_arena_gr00t.policy.gr00t_remote_closedloop_policy.Gr00tRemoteClosedloopPolicy",
+    protocol="gr00t", default_port=5555, host_field="remote_host", port_field="remote_port",
+    api_key_field="remote_api_token",
+    command_builder=_gr00t_command, server_options=_gr00t_server_options, resources=lambda o: GPU_SERVER,
+    summary="Arena GR00T: gr00t/eval/run_gr00t_server.py (ZMQ)",
+), "gr00t_remote_closedloop")
+
+
+def server_process(binding: ServerBinding, options: dict[str, Any], context: Any, log_path: Any, *,
+                   host: str = "127.0.0.1", port: int | None = None) -> Any:
+    """A `ServerProcess` (not started) for this binding; the port is picked on `start()` when None."""
+    from evalfleet.serving.process import ServerProcess, free_port
+
+    port = free_port(host) if port is None else port
+    command = binding.command(options, host, port, context)
+    return ServerProcess(command.argv, protocol=binding.protocol, log_path=log_path, host=host, port=port,
+                         env=command.env, cwd=command.cwd, api_key=binding.api_key(options),
+                         name=f"{binding.policy_type} server")
