@@ -48,7 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def normalise_argv(argv: list[str]) -> list[str]:
     out = []
-    for arg in argv:
+    for i, arg in enumerate(argv):
+        if arg == "--":  # what follows belongs to a child command (evalfleet watchdog -- CMD ...)
+            return out + argv[i:]
         flag, eq, value = arg.partition("=")
         if flag in FLAG_ALIASES:
             arg = FLAG_ALIASES[flag] + eq + value

@@ -1,9 +1,11 @@
 """Fills the registries: evalfleet's built-in types, then any installed plugin packages that declare
-an `evalfleet.plugins` entry point (a module imported for its registrations)."""
+an `evalfleet.plugins` entry point, then the modules named in EVALFLEET_PLUGINS (comma-separated,
+importable from PYTHONPATH) — each a module imported for its registrations."""
 
 from __future__ import annotations
 
 import importlib
+import os
 from importlib.metadata import entry_points
 
 BUILTIN_MODULES = (
@@ -12,6 +14,7 @@ BUILTIN_MODULES = (
     "evalfleet.serving.registrations",
 )
 
+PLUGINS_ENV = "EVALFLEET_PLUGINS"
 _loaded = False
 
 
@@ -28,3 +31,5 @@ def load_registries() -> None:
                 raise
     for ep in entry_points(group="evalfleet.plugins"):
         ep.load()
+    for name in filter(None, (n.strip() for n in os.environ.get(PLUGINS_ENV, "").split(","))):
+        importlib.import_module(name)

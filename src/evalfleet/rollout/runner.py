@@ -245,7 +245,10 @@ class ShardRunner:
             return
         try:
             self._call_policy(slots, horizon)
-        except Exception:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001
+            if len(slots) == 1:
+                finish(slots[0], error=_describe(exc))
+                return
             # Find which env's call failed: ask each on its own; only those episodes become errors.
             for slot in slots:
                 try:
