@@ -87,12 +87,14 @@ def test_compare_paired_and_unpaired_match_references(tmp_path: Path, capsys) ->
     _write(out, "task_b_base", "task_b", "base", base_b, np.arange(60))
     _write(out, "task_b_cand", "task_b", "cand", cand_b, np.arange(500, 570))
     expected["task_b"] = proportions_ztest([cand_b.sum(), base_b.sum()], [70, 60])[1]
-    # task_c: the same seeds but a variation only one arm had enabled -> not the same episodes, unpaired
+    # task_c: the same seeds, the candidate with a variation on (as the quickstart's noisy expert): still pairs
     base_c = rng.uniform(size=50) < 0.5
     cand_c = rng.uniform(size=50) < 0.5
     _write(out, "task_c_base", "task_c", "base", base_c, np.arange(50))
-    _write(out, "task_c_cand", "task_c", "cand", cand_c, np.arange(50), variations={"light.intensity": 0.3})
-    expected["task_c"] = proportions_ztest([cand_c.sum(), base_c.sum()], [50, 50])[1]
+    _write(out, "task_c_cand", "task_c", "cand", cand_c, np.arange(50), variations={"robot.action_noise": 0.3})
+    table_c = [[int(np.sum(base_c & cand_c)), int(np.sum(base_c & ~cand_c))],
+               [int(np.sum(~base_c & cand_c)), int(np.sum(~base_c & ~cand_c))]]
+    expected["task_c"] = mcnemar(table_c, exact=True).pvalue
     # task_d: only the baseline ran it
     _write(out, "task_d_base", "task_d", "base", [True, False], [1, 2])
     # pooled: not every task is paired -> z test on the pooled counts of the tasks both ran
@@ -108,7 +110,8 @@ def test_compare_paired_and_unpaired_match_references(tmp_path: Path, capsys) ->
     rows = {r["task"]: r for r in result["comparisons"]}
     assert rows["task_a"]["test"] == "mcnemar_exact" and rows["task_a"]["pairs"] == 80
     assert rows["task_a"]["discordant"] == {"baseline_only": table[0][1], "policy_only": table[1][0]}
-    assert rows["task_b"]["test"] == rows["task_c"]["test"] == rows["(pooled)"]["test"] == "two_proportion_z"
+    assert rows["task_c"]["test"] == "mcnemar_exact" and rows["task_c"]["pairs"] == 50
+    assert rows["task_b"]["test"] == rows["(pooled)"]["test"] == "two_proportion_z"
     assert rows["task_d"]["test"] is None and "no records of cand" in rows["task_d"]["note"]
     tested = ["task_a", "task_b", "task_c", "(pooled)"]
     for task in tested:
@@ -151,3 +154,34 @@ def test_newcombe_interval_matches_statsmodels(s1, n1, s2, n2) -> None:
     lo_ref, hi_ref = confint_proportions_2indep(s1, n1, s2, n2, method="newcomb", compare="diff")
     lo, hi = stats.newcombe_difference_interval(s2, n2, s1, n1)
     assert (lo, hi) == pytest.approx((lo_ref, hi_ref), rel=1e-9)
+
+
+def test_compare_pairs_within_arms_holding_a_run_and_its_control(tmp_path: Path) -> None:
+    """Each policy ran the task twice: with a variation on and with it off (its control). Same seeds in all four
+    Runs; pairs must match on-with-on and off-with-off, never across."""
+    rng = np.random.default_rng(8)
+    out = tmp_path / "out"
+    seeds = np.arange(30)
+    outcomes = {}
+    for policy in ("base", "cand"):
+        for arm in ("on", "off"):
+            outcomes[policy, arm] = rng.uniform(size=30) < (0.3 if arm == "on" else 0.8)
+        # the "on" Runs draw the same value per seed, as the plan does
+        with RecordWriter(out / f"lift_{policy}_on" / "episode_results.jsonl", fsync=False) as w:
+            for i, seed in enumerate(seeds):
+                ok = bool(outcomes[policy, "on"][i])
+                w.append(EpisodeRecord(run=f"lift_{policy}_on", task="lift", policy=policy, episode=i, seed=int(seed),
+                                       status="success" if ok else "failure", success=ok, episode_length=1,
+                                       duration_s=0.1, variations={"object.mass": float(seed) / 10}))
+        _write(out, f"lift_{policy}_off", "lift", policy, outcomes[policy, "off"], seeds)
+    b = c = 0
+    for arm in ("on", "off"):
+        x, y = outcomes["base", arm], outcomes["cand", arm]
+        b += int(np.sum(x & ~y))
+        c += int(np.sum(~x & y))
+    json_out = tmp_path / "cmp.json"
+    assert main(["compare", str(out), "--baseline", "base", "-o", str(json_out)]) == 0
+    [row] = json.loads(json_out.read_text())["comparisons"]
+    assert row["test"] == "mcnemar_exact" and row["pairs"] == 60
+    assert row["discordant"] == {"baseline_only": b, "policy_only": c}
+    assert row["p_value"] == pytest.approx(mcnemar([[0, b], [c, 0]], exact=True).pvalue, rel=1e-9)

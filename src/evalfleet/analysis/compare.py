@@ -1,8 +1,8 @@
 """Each policy's difference from a baseline, per task and pooled.
 
 Two policies evaluated on the same task face the same episodes (the plan derives seeds from the task and the
-episode index), so their records pair up by (task, seed). When they do (matched pairs cover at least half of
-the smaller arm; a pair also needs equal variation values), the test is the exact McNemar test on the matched pairs and the difference's interval is
+episode index), so their records pair up by (task, seed) (see `matched_outcomes`). When matched pairs cover at
+least half of the smaller arm, the test is the exact McNemar test on the pairs and the difference's interval is
 the paired Wald interval; otherwise a pooled two-proportion z test with Newcombe's score interval. Every test
 reported (per-task and pooled) forms one family for Holm's correction.
 """
@@ -28,23 +28,40 @@ PAIRED_MIN_FRACTION = 0.5
 
 @dataclass
 class ArmData:
+    records: list[dict[str, Any]]
     successes: int
     n: int
-    by_seed: dict[tuple[Any, str], bool]  # (seed, variation values) → success (last record wins)
-
-
-def episode_key(rec: dict[str, Any]) -> tuple[Any, str]:
-    """What makes two records of one task the same episode: the seed and the variation values drawn from it
-    (a Run with a variation disabled has the same seeds but different inputs, so it does not pair)."""
-    return (rec.get("seed"), json.dumps(rec.get("variations") or {}, sort_keys=True, default=str))
+    variation_keys: frozenset[str]
 
 
 def _arm_data(records: list[dict[str, Any]]) -> ArmData:
-    by_seed = {}
-    for rec in records:
-        if rec.get("seed") is not None:
-            by_seed[episode_key(rec)] = rec["status"] == "success"
-    return ArmData(successes=sum(r["status"] == "success" for r in records), n=len(records), by_seed=by_seed)
+    keys = frozenset(k for r in records for k in (r.get("variations") or {}))
+    return ArmData(records, sum(r["status"] == "success" for r in records), len(records), keys)
+
+
+def _episode_key(rec: dict[str, Any], common: list[str]) -> tuple[Any, ...]:
+    variations = rec.get("variations") or {}
+    return (rec.get("seed"), *(json.dumps(variations.get(k, "<off>"), sort_keys=True, default=str) for k in common))
+
+
+def matched_outcomes(base: ArmData, other: ArmData) -> list[tuple[bool, bool]]:
+    """(baseline success, policy success) of every matched episode.
+
+    A pair is the same seed of the same task; when an arm holds several Runs of a task (say one with a variation
+    on and its control with it off), the values of the variations both arms have tell them apart. A variation
+    only one arm has is part of what is being compared (e.g. action noise on the candidate) and does not split.
+    """
+    common = sorted(base.variation_keys & other.variation_keys)
+
+    def index(arm: ArmData) -> dict[tuple[Any, ...], bool]:
+        out = {}
+        for rec in arm.records:
+            if rec.get("seed") is not None:
+                out[_episode_key(rec, common)] = rec["status"] == "success"  # the last record wins
+        return out
+
+    a, b = index(base), index(other)
+    return [(a[k], b[k]) for k in a.keys() & b.keys()]
 
 
 def _rate(s: int, n: int) -> dict[str, Any]:
@@ -52,15 +69,15 @@ def _rate(s: int, n: int) -> dict[str, Any]:
     return {"successes": s, "n": n, "rate": s / n, "ci": [lo, hi]}
 
 
-def _paired(base: ArmData, other: ArmData) -> tuple[int, int, int] | None:
-    """(b, c, pairs) when the arms share enough seeds to be compared pair by pair, else None.
-    b: baseline succeeded and the other policy failed; c: the reverse."""
-    shared = base.by_seed.keys() & other.by_seed.keys()
-    if not shared or len(shared) < PAIRED_MIN_FRACTION * min(base.n, other.n):
+def _paired(base: ArmData, other: ArmData) -> tuple[int, int, int, int, int] | None:
+    """(b, c, pairs, baseline successes, policy successes) over the matched pairs when they cover enough of
+    the arms to compare pair by pair, else None. b: baseline succeeded and the policy failed; c: the reverse."""
+    pairs = matched_outcomes(base, other)
+    if not pairs or len(pairs) < PAIRED_MIN_FRACTION * min(base.n, other.n):
         return None
-    b = sum(1 for s in shared if base.by_seed[s] and not other.by_seed[s])
-    c = sum(1 for s in shared if not base.by_seed[s] and other.by_seed[s])
-    return b, c, len(shared)
+    b = sum(1 for x, y in pairs if x and not y)
+    c = sum(1 for x, y in pairs if y and not x)
+    return b, c, len(pairs), sum(x for x, _ in pairs), sum(y for _, y in pairs)
 
 
 def _test_paired(b: int, c: int, pairs: int, base_s: int, other_s: int) -> dict[str, Any]:
@@ -119,10 +136,7 @@ def compare(
             pooled = [pooled[0] + base.successes, pooled[1] + base.n, pooled[2] + other.successes, pooled[3] + other.n]
             paired = _paired(base, other)
             if paired:
-                b, c, pairs = paired
-                shared = base.by_seed.keys() & other.by_seed.keys()
-                bs = sum(base.by_seed[s] for s in shared)
-                os_ = sum(other.by_seed[s] for s in shared)
+                b, c, pairs, bs, os_ = paired
                 pooled_paired = [pooled_paired[0] + b, pooled_paired[1] + c, pooled_paired[2] + pairs,
                                  pooled_paired[3] + bs, pooled_paired[4] + os_]
                 row.update(_test_paired(b, c, pairs, bs, os_))
@@ -148,7 +162,7 @@ def compare(
         "alpha": alpha,
         "correction": "holm",
         "family_size": len(tested),
-        "paired_rule": f"exact McNemar on (task, seed, variation values) pairs when pairs cover >= {PAIRED_MIN_FRACTION:.0%} of the "
+        "paired_rule": f"exact McNemar on (task, seed) pairs when pairs cover >= {PAIRED_MIN_FRACTION:.0%} of the "
                        "smaller arm; else pooled two-proportion z test",
         "comparisons": rows,
     }
