@@ -208,27 +208,34 @@ def _validation_error(exc: ValidationError, where: str, model: type[BaseModel], 
 
 
 def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    """The pydantic model class that sits at `loc` under `model` (for listing valid keys)."""
+    """The pydantic model class that sits at `loc` under `model` (for listing valid keys). A
+    `dict[str, Model]` field (runs, variations) consumes one more part of `loc`: the entry's name."""
     import typing
+
+    def is_model(t: Any) -> bool:
+        return isinstance(t, type) and issubclass(t, BaseModel)
+
+    def unwrap(t: Any) -> Any:
+        # `Model | None` → Model; `dict[str, Model] | None` → the dict type.
+        if typing.get_origin(t) is dict or is_model(t):
+            return t
+        for arg in typing.get_args(t):
+            if typing.get_origin(arg) is dict or is_model(arg):
+                return arg
+        return t
 
     current: Any = model
     for part in loc:
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            # dict[str, Model]: the key is a name, the value type is the next model
-            args = typing.get_args(current)
-            current = args[-1] if args else None
+        if typing.get_origin(current) is dict:
+            current = unwrap(typing.get_args(current)[-1])  # `part` is an entry's name
             continue
+        if not is_model(current):
+            return None
         f = current.model_fields.get(str(part))
         if f is None:
             return None
-        current = f.annotation
-        args = [a for a in typing.get_args(current) if isinstance(a, type) and issubclass(a, BaseModel)]
-        if args:
-            current = args[0]
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return current
-    args = typing.get_args(current)
-    return args[-1] if args and isinstance(args[-1], type) and issubclass(args[-1], BaseModel) else None
+        current = unwrap(f.annotation)
+    return current if is_model(current) else None
 
 
 def _apply_overrides(base: dict[str, Any], overrides: list[Override]) -> dict[str, Any]:
@@ -264,7 +271,9 @@ def _blame_override(exc: UserError, overrides: list[Override], base: dict[str, A
     culprit = next((o for o in overrides if key.startswith(o.key) or o.key.startswith(key) or _same_run_key(o, key)), None)
     culprit = culprit or overrides[-1]
     leaves = [k for k, _ in overridable_leaves_safe(base)]
-    close = difflib.get_close_matches(culprit.key, leaves, n=3, cutoff=0.6)
+    # Suggest keys only when the override names a key that does not exist (not for a bad value).
+    known = culprit.key in leaves or any(k.startswith(culprit.key + ".") for k in leaves)
+    close = [] if known else difflib.get_close_matches(culprit.key, leaves, n=3, cutoff=0.6)
     hint = f"; nearest valid keys: {', '.join(close)}" if close else ""
     return UserError(f"override {culprit.text!r}: {exc.key + ': ' if exc.key else ''}{exc.message}{hint}", where=COMMAND_LINE)
 

@@ -38,7 +38,9 @@ def _validate_options(model: type[BaseModel], options: dict[str, Any], where: st
         elif err["type"] == "missing":
             msg = "required key is missing"
         else:
-            msg = err["msg"].removeprefix("Value error, ") + f" (got {err.get('input')!r})"
+            msg = err["msg"].removeprefix("Value error, ")
+            if repr(err.get("input")) not in msg:
+                msg += f" (got {err.get('input')!r})"
         raise UserError(msg, where=where, key=f"{key}.{loc}" if loc else key) from None
 
 
