@@ -24,6 +24,7 @@ _VECTOR_NAMES = {3: ("x", "y", "z")}
 _COLOR_NAMES = ("r", "g", "b")
 MAX_VECTOR_COMPONENTS = 8
 MAX_ERROR_CHARS = 200
+VALUE_FORMAT = ".3g"  # variation values and durations in the embedded table: 3 significant digits
 
 
 def _asset(name: str) -> str:
@@ -157,7 +158,7 @@ def _plots_section(plots: Iterable[str]) -> str:
 
 # --- the compact episode data --------------------------------------------------------------------------
 
-def _num(v: Any) -> str:
+def _num(v: Any, spec: str = ".4g") -> str:
     if isinstance(v, bool):
         return "1" if v else "0"
     if isinstance(v, int):
@@ -167,7 +168,7 @@ def _num(v: Any) -> str:
             return "null"
         if v == int(v) and abs(v) < 1e15:
             return str(int(v))
-        return format(v, ".4g")
+        return format(v, spec)
     return "null"
 
 
@@ -202,7 +203,7 @@ def _variation_columns(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for key in sorted(keys):
         kind = keys[key]
         if kind == "num":
-            data = [_num((rec.get("variations") or {}).get(key)) for rec in records]
+            data = [_num((rec.get("variations") or {}).get(key), VALUE_FORMAT) for rec in records]
             columns.append({"key": key, "kind": "num", "data": "[" + ",".join(data) + "]"})
         elif kind == "vec":
             n = min(vec_len[key], MAX_VECTOR_COMPONENTS)
@@ -211,7 +212,7 @@ def _variation_columns(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 data = []
                 for rec in records:
                     v = (rec.get("variations") or {}).get(key)
-                    data.append(_num(v[i]) if isinstance(v, list) and len(v) > i else "null")
+                    data.append(_num(v[i], VALUE_FORMAT) if isinstance(v, list) and len(v) > i else "null")
                 columns.append({"key": f"{key}.{names[i]}", "kind": "num", "data": "[" + ",".join(data) + "]"})
         else:
             cats: dict[str, int] = {}
@@ -231,10 +232,11 @@ def episode_data_json(runs: list[Any]) -> str:
     """The episode table as compact columnar JSON (rows sorted by Run, then episode).
 
     Layout: runs (names), counts (rows per Run), ep (episode index deltas within each Run, so a contiguous
-    Run is a list of 1s), st (one character per row: s/f/e), len, dur, seed, vars (columns), video and err
-    (sparse [row, value] pairs), att (sparse [row, attempt] pairs where attempt != 1).
+    Run is a list of 1s), st (one character per row: s/f/e), len, dur, vars (columns, values to 3
+    significant digits), video and err (sparse [row, value] pairs), att (sparse [row, attempt] pairs where
+    attempt != 1). Seeds and exact values stay in the Runs' episode_results.jsonl.
     """
-    names, counts, ep, st, ln, dur, seed = [], [], [], [], [], [], []
+    names, counts, ep, st, ln, dur = [], [], [], [], [], []
     video, err, att = [], [], []
     all_records: list[dict[str, Any]] = []
     row = 0
@@ -250,8 +252,7 @@ def episode_data_json(runs: list[Any]) -> str:
             st.append(code.get(rec.get("status"), "e"))
             ln.append(_num(rec.get("episode_length")))
             d = rec.get("duration_s")
-            dur.append(format(d, ".3g") if isinstance(d, float) and math.isfinite(d) else _num(d))
-            seed.append(_num(rec.get("seed")))
+            dur.append(_num(d, VALUE_FORMAT))
             v = rec.get("video")
             if isinstance(v, dict) and v:
                 video.append([row, {str(cam): f"{run.name}/{path}" for cam, path in v.items()}])
@@ -273,7 +274,7 @@ def episode_data_json(runs: list[Any]) -> str:
     return (
         "{"
         f'"runs":{dumps(names)},"counts":[{",".join(counts)}],"ep":[{",".join(ep)}],'
-        f'"st":"{"".join(st)}","len":[{",".join(ln)}],"dur":[{",".join(dur)}],"seed":[{",".join(seed)}],'
+        f'"st":"{"".join(st)}","len":[{",".join(ln)}],"dur":[{",".join(dur)}],'
         f'"vars":[{var_json}],"video":{dumps(video, separators=(",", ":"))},'
         f'"err":{dumps(err, separators=(",", ":"))},"att":{dumps(att, separators=(",", ":"))}'
         "}"

@@ -23,7 +23,7 @@
     for (var i = 0; i < n; i++) out[i] = arr[i] === null || arr[i] === undefined ? NaN : arr[i];
     return out;
   }
-  var lenCol = numCol(D.len), durCol = numCol(D.dur), seedCol = numCol(D.seed);
+  var lenCol = numCol(D.len), durCol = numCol(D.dur);
   var videos = new Map(), errors = new Map(), attempts = new Map();
   D.video.forEach(function (p) { videos.set(p[0], p[1]); });
   D.err.forEach(function (p) { errors.set(p[0], p[1]); });
@@ -45,8 +45,7 @@
     { name: "Status", key: "status", value: function (i) { return D.st.charCodeAt(i); }, html: function (i) {
         var s = STATUS_NAMES[D.st[i]]; return '<span class="badge ' + s + '">' + s + "</span>"; } },
     { name: "Length", key: "length", value: function (i) { return lenCol[i]; }, text: function (i) { return fmtNum(lenCol[i]); }, num: true },
-    { name: "Duration s", key: "duration", value: function (i) { return durCol[i]; }, text: function (i) { return fmtNum(durCol[i], 2); }, num: true },
-    { name: "Seed", key: "seed", value: function (i) { return seedCol[i]; }, text: function (i) { return fmtNum(seedCol[i]); }, num: true }
+    { name: "Duration s", key: "duration", value: function (i) { return durCol[i]; }, text: function (i) { return fmtNum(durCol[i], 2); }, num: true }
   ];
   vars.forEach(function (v) {
     if (v.kind === "num") {
@@ -59,7 +58,7 @@
   });
   columns.push({ name: "Attempt", key: "attempt", value: function (i) { return attempts.get(i) || 1; },
                  text: function (i) { return String(attempts.get(i) || 1); }, num: true });
-  columns.push({ name: "Video", key: "video", value: function (i) { return videos.has(i) ? 1 : 0; }, html: videoCell, nosort: false });
+  columns.push({ name: "Video", key: "video", value: function (i) { return videos.has(i) ? 1 : 0; }, html: videoCell });
   columns.push({ name: "Error", key: "error", value: function (i) { return errors.get(i) || ""; }, text: function (i) { return errors.get(i) || ""; }, cls: "err" });
 
   function esc(s) {
