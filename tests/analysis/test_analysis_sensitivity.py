@@ -139,3 +139,22 @@ def test_folder_after_factors_is_taken_as_input(evalfleet_output: Path, tmp_path
     data = json.loads(png.with_suffix(".json").read_text())
     assert [p["label"] for p in data["panels"]] == ["object.mass"]
     assert data["policies"] == ["expert", "noisy"]
+
+
+def test_control_from_plain_policy_when_the_variation_makes_the_arm(tmp_path: Path) -> None:
+    """The quickstart's shape: `expert_noisy` is `expert` with robot.action_noise on; `expert` is the control."""
+    out = tmp_path / "qs"
+    noise = {"robot.action_noise": lambda rng: float(rng.uniform(0.2, 0.8))}
+    for t, task in enumerate(["push-v3", "pick-place-v3"]):
+        write_run(out, f"{task}_expert", task=task, policy="expert", task_index=t, episodes=40,
+                  success_prob=lambda v: 0.95, outcome_seed=1)
+        write_run(out, f"{task}_expert_noisy", task=task, policy="expert_noisy", task_index=t, episodes=40,
+                  success_prob=lambda v: 1.1 - v["robot.action_noise"], variations=noise, outcome_seed=2)
+    png = tmp_path / "noise.png"
+    assert main(["sensitivity", str(out), "--factors", "robot.action_noise", "-o", str(png)]) == 0
+    [panel] = json.loads(png.with_suffix(".json").read_text())["panels"]
+    assert panel["policies"]["expert"] == {"n": 0}
+    noisy = panel["policies"]["expert_noisy"]
+    assert noisy["fit"]["slope"] < 0
+    assert noisy["control"]["policies"] == ["expert"] and noisy["control"]["matched_seeds"] == 80
+    assert noisy["control"]["n"] == 80

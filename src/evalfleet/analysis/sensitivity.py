@@ -279,15 +279,24 @@ def analyse(
 
 
 def _control(prepared, spec: FactorSpec, policy: str, rows, kind: str) -> dict[str, Any] | None:
-    """That policy's records of the same tasks with the variation disabled (factor absent)."""
+    """The matched control arm: records of the same tasks with the variation disabled (factor absent).
+
+    Preferably the same policy's (a Run and its control Run). Failing that, the records of policies that never
+    have the factor and share seeds with these rows: when the variation is what makes the arm (the quickstart's
+    `expert_noisy` is `expert` with action noise on), the plain policy is the control."""
     tasks = {arm.task for _, _, arm, _ in rows}
+    treated_seeds = {(arm.task, rec.get("seed")) for _, _, arm, rec in rows if rec.get("seed") is not None}
     control = [(arm, rec, y) for arm, rec, values, y in prepared
                if arm.policy == policy and arm.task in tasks and spec.key not in values]
     if not control:
-        return None
-    treated_seeds = {(arm.task, rec.get("seed")) for _, _, arm, rec in rows if rec.get("seed") is not None}
+        with_factor = {arm.policy for arm, _, values, _ in prepared if spec.key in values}
+        control = [(arm, rec, y) for arm, rec, values, y in prepared
+                   if arm.policy not in with_factor and arm.task in tasks]
     matched = sum(1 for arm, rec, _ in control if (arm.task, rec.get("seed")) in treated_seeds)
+    if not control or (control[0][0].policy != policy and not matched):
+        return None
     out = summarise([y for _, _, y in control], kind)
+    out["policies"] = sorted({arm.policy for arm, _, _ in control})
     out["runs"] = sorted({rec["run"] for _, rec, _ in control})
     out["matched_seeds"] = matched
     return out
@@ -323,8 +332,9 @@ def plot(panels: list[dict[str, Any]], policies: list[str], outcome: Outcome, ou
                 control = entry.get("control")
                 if control and control.get("value") is not None:
                     ax.axhspan(control["ci"][0], control["ci"][1], color=colour, alpha=0.10, lw=0)
+                    who = "" if control["policies"] == [policy] else f": {', '.join(control['policies'])}"
                     ax.axhline(control["value"], color=colour, ls="--", lw=1,
-                               label=f"{policy} control (variation off, n={control['n']})")
+                               label=f"{policy} control{who} (variation off, n={control['n']})")
             if panel["kind"] != "numeric":
                 ax.set_xticks(range(len(cats)))
                 ax.set_xticklabels(cats, rotation=20, fontsize=8)
