@@ -207,3 +207,15 @@ def test_report_without_result_file(sample_output: Path):
     path = write_report(sample_output)  # not collected: summarises the shard logs, writes only index.html
     assert Path(path).exists() and not (sample_output / "experiment_result.json").exists()
     assert 'data-run="drawer_random" data-status="failed"' in Path(path).read_text()
+
+
+def test_s3_without_credentials_is_one_clear_error(sample_output: Path, tmp_path: Path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"), AWS_CONFIG_FILE=str(tmp_path / "none"),
+               AWS_EC2_METADATA_DISABLED="true")
+    proc = subprocess.run([sys.executable, "-m", "evalfleet.cli", "collect", str(sample_output), "--output",
+                           "s3://bucket/prefix", "--s3-endpoint", "http://127.0.0.1:9"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "s3://bucket/prefix" in proc.stderr and "credentials" in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0

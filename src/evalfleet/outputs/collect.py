@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evalfleet.errors import UserError
-from evalfleet.outputs.storage import Location, open_location
+from evalfleet.outputs.storage import Location, is_url, open_location
 from evalfleet.outputs.summary import RESULT_FILE, build_result, provenance, summarise_run
 from evalfleet.rollout.records import RECORDS_FILE
 
@@ -191,11 +191,19 @@ def collect(sources: list[str], output: str, *, endpoint_url: str | None = None,
     content. With `report=True` also writes `index.html` there. Raises UserError on bad input, before writing."""
     if not sources:
         raise UserError("give at least one source folder or URL", where="command line")
+    urls = ", ".join(t for t in [*sources, output] if is_url(t)) or output
     try:
         return _collect(sources, output, endpoint_url=endpoint_url, report=report)
     except PermissionError as exc:
         raise UserError(f"access denied ({exc}); check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY and the "
-                        "endpoint (--s3-endpoint or EVALFLEET_S3_ENDPOINT)", where=output) from None
+                        "endpoint (--s3-endpoint or EVALFLEET_S3_ENDPOINT)", where=urls) from None
+    except Exception as exc:
+        # Remote storage failures (no credentials, endpoint unreachable) are the user's settings to fix.
+        if type(exc).__module__.split(".")[0] not in ("botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs"):
+            raise
+        raise UserError(f"storage error: {type(exc).__name__}: {exc}; check the endpoint (--s3-endpoint or "
+                        "EVALFLEET_S3_ENDPOINT) and credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)",
+                        where=urls) from None
 
 
 def _collect(sources: list[str], output: str, *, endpoint_url: str | None, report: bool) -> dict[str, Any]:

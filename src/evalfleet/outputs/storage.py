@@ -8,6 +8,7 @@ S3-compatible stores take their endpoint from `--s3-endpoint` or the environment
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -199,10 +200,8 @@ def open_location(target: str, *, endpoint_url: str | None = None, role: str = "
     protocol = target.split("://", 1)[0].lower()
     options: dict[str, Any] = {}
     if protocol in ("s3", "s3a"):
-        try:
-            import s3fs  # noqa: F401  (imported lazily: only s3:// users need it)
-        except ImportError:
-            raise UserError("s3:// URLs need the s3fs package (pip install s3fs)", where=target) from None
+        if importlib.util.find_spec("s3fs") is None:  # only s3:// users need s3fs; fsspec imports it lazily
+            raise UserError("s3:// URLs need the s3fs package (pip install s3fs)", where=target)
         endpoint = s3_endpoint(endpoint_url)
         # No region_name in client_kwargs: S3-compatible stores refuse bucket creation with it.
         options = {"client_kwargs": {"endpoint_url": endpoint} if endpoint else {},
