@@ -86,9 +86,21 @@ def _longest_key(node: dict[str, Any], path: tuple[str, ...], start: int) -> int
     return start + 1
 
 
+class _OneLineDumper(yaml.SafeDumper):
+    """Writes strings that contain line breaks double-quoted (`"a\\nb"`), so every value stays on one line."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = '"' if any(c in value for c in "\n\r\x85\u2028\u2029") else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_OneLineDumper.add_representer(str, _represent_str)
+
+
 def format_value(value: Any) -> str:
     """A value as YAML that `yaml.safe_load` reads back to the same value, on one line."""
-    text = yaml.safe_dump(value, default_flow_style=True, width=10**9, sort_keys=False).strip()
+    text = yaml.dump(value, Dumper=_OneLineDumper, default_flow_style=True, width=10**9, sort_keys=False).strip()
     if text.endswith("\n..."):
         text = text[: -len("\n...")]
     elif text.endswith("..."):
