@@ -219,3 +219,19 @@ def test_s3_without_credentials_is_one_clear_error(sample_output: Path, tmp_path
     assert proc.returncode == 2
     assert "s3://bucket/prefix" in proc.stderr and "credentials" in proc.stderr
     assert proc.stderr.strip().count("\n") == 0
+
+
+def test_collect_merges_same_run_from_task_folders_in_one_source(tmp_path: Path):
+    # One folder per cluster task, each with its shard of the same Run.
+    tasks = tmp_path / "tasks"
+    for t in range(3):
+        write_jsonl(tasks / f"task-{t}" / "run1" / "parts" / f"shard-{t}.jsonl",
+                    [record("run1", e, "success", video={"cam": f"videos/e{e}.mp4"}) for e in range(t, 9, 3)])
+        for e in range(t, 9, 3):
+            (tasks / f"task-{t}" / "run1" / "videos").mkdir(parents=True, exist_ok=True)
+            (tasks / f"task-{t}" / "run1" / "videos" / f"e{e}.mp4").write_bytes(b"v%d" % e)
+    write_status(tasks / "task-0" / "run1", planned=9, state="completed")
+    result = collect([str(tasks)], str(tmp_path / "out"))
+    assert result["runs"]["run1"]["status"] == "completed"
+    assert [r["episode"] for r in read_jsonl(tmp_path / "out" / "run1" / "episode_results.jsonl")] == list(range(9))
+    assert sorted(p.name for p in (tmp_path / "out" / "run1" / "videos").iterdir()) == [f"e{e}.mp4" for e in range(9)]

@@ -60,9 +60,10 @@ def _rel(*parts: str) -> str:
     return "/".join(p.strip("/") for p in parts if p)
 
 
-def find_runs(loc: Location, *, max_depth: int = MAX_DEPTH) -> dict[str, RunSource]:
-    """Run name → where its files are, for every Run folder at most `max_depth` levels below `loc`."""
-    found: dict[str, RunSource] = {}
+def find_runs(loc: Location, *, max_depth: int = MAX_DEPTH) -> list[tuple[str, RunSource]]:
+    """(Run name, where its files are) for every Run folder at most `max_depth` levels below `loc`. A name
+    may appear more than once (one folder per worker task): their records are merged."""
+    found: list[tuple[str, RunSource]] = []
 
     def visit(rel: str, depth: int) -> None:
         entries = dict(loc.listdir(rel))
@@ -78,10 +79,7 @@ def find_runs(loc: Location, *, max_depth: int = MAX_DEPTH) -> dict[str, RunSour
             if merged:
                 src.record_files.append(_rel(rel, RECORDS_FILE))
             src.record_files.extend(_rel(rel, PARTS_DIR, n) for n in sorted(parts))
-            if name in found:
-                raise UserError(f"two folders hold a Run named {name!r} ({found[name].rel or '.'} and {rel}); "
-                                "pass them as separate sources", where=loc.url)
-            found[name] = src
+            found.append((name, src))
             return
         if depth >= max_depth:
             return
@@ -178,7 +176,7 @@ def load_runs(locations: list[Location], *, merged_only: bool = False) -> list[R
     """Every Run found in the locations, records merged across them, sorted by Run name."""
     by_name: dict[str, list[RunSource]] = {}
     for loc in locations:
-        for name, src in find_runs(loc).items():
+        for name, src in find_runs(loc):
             by_name.setdefault(name, []).append(src)
     return [read_run(name, by_name[name], merged_only=merged_only) for name in sorted(by_name)]
 
