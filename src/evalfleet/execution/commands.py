@@ -24,6 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--list-overrides", action="store_true", help="print every overridable key and exit")
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
     p.add_argument("--stall-timeout", type=float, default=180.0, help="restart a worker without progress for S seconds")
+    p.add_argument("--startup-timeout", type=float, default=300.0, help="grace before a worker's first progress")
     p.add_argument("--max-restarts", type=int, default=3, help="relaunches of a stalled or crashed worker")
     p.set_defaults(handler=cmd_run)
 
@@ -65,11 +66,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else default_output(loaded)
     prepare_output(out, loaded, resume=args.resume)
     return run_local(loaded, out, workers=workers, shard_size=args.shard_size, show_progress=not args.no_progress,
-                     stall_timeout=args.stall_timeout, max_restarts=args.max_restarts)
+                     stall_timeout=args.stall_timeout, startup_timeout=args.startup_timeout,
+                     max_restarts=args.max_restarts)
 
 
 def run_local(loaded: Any, out: Path, *, workers: int, shard_size: int | None, show_progress: bool = True,
-              stall_timeout: float = 180.0, max_restarts: int = 3) -> int:
+              stall_timeout: float = 180.0, startup_timeout: float = 300.0, max_restarts: int = 3) -> int:
     from rich.console import Console
 
     from evalfleet.execution.local import LocalRun
@@ -80,7 +82,7 @@ def run_local(loaded: Any, out: Path, *, workers: int, shard_size: int | None, s
     plan = make_plan(loaded, shard_size=shard_size, workers=workers)
     console.print(f"[bold]{loaded.experiment.name}[/]: {len(plan.runs)} Runs, {plan.total_episodes} episodes, "
                   f"{len(plan.shards)} shards on {min(workers, len(plan.shards))} workers → {out}")
-    config = WatchdogConfig(startup_timeout=max(120.0, stall_timeout), stall_timeout=stall_timeout,
+    config = WatchdogConfig(startup_timeout=startup_timeout, stall_timeout=stall_timeout,
                             max_restarts=max_restarts, poll=0.5, term_grace=5.0, backoff=1.0, backoff_max=30.0)
     local = LocalRun(plan, out, workers, config, show_progress=show_progress)
     try:
@@ -120,12 +122,15 @@ def finish_runs(plan: Any, out: Path, results: list[Any]) -> None:
 
 def summarise(out: Path, console: Any) -> int:
     """Collect the folder, write the plots and index.html, print the summary table; 0 if every Run completed."""
+    from rich.console import Console
     from rich.table import Table
 
     from evalfleet.outputs.collect import collect
+    from evalfleet.outputs.report import write_report
 
-    _write_plots(out, console)
-    result = collect([str(out)], str(out), report=True)
+    result = collect([str(out)], str(out))
+    _write_plots(out, console)  # from the merged logs, before the report that shows them
+    write_report(out)
     table = Table(title=f"results in {out}")
     for col in ("run", "task", "policy", "status", "episodes", "successes", "success rate (95% CI)", "errors"):
         table.add_column(col, justify="right" if col in ("episodes", "successes", "errors") else "left")
@@ -136,8 +141,6 @@ def summarise(out: Path, console: Any) -> int:
         table.add_row(r["run"], str(r["task"]), str(r["policy"]), f"[{colour}]{r['status']}[/]",
                       str(r["decided"]), str(r["counts"]["success"]), rate, str(r["counts"]["error"]))
         ok = ok and r["status"] == "completed"
-    from rich.console import Console
-
     Console(width=max(console.width, 140)).print(table)
     for r in result["runs"].values():
         if r["status"] != "completed":
@@ -147,14 +150,30 @@ def summarise(out: Path, console: Any) -> int:
 
 
 def _write_plots(out: Path, console: Any) -> None:
-    try:
-        from evalfleet.analysis.plots import write_success_plot
-    except ImportError:
-        return
-    try:
-        write_success_plot(out, out / "plots" / "success_rates.png")
-    except Exception as exc:  # noqa: BLE001 - a plot must never lose the results
-        console.print(f"[yellow]plot skipped[/]: {exc}")
+    import contextlib
+    import io
+
+    from evalfleet.analysis.commands import register as _  # noqa: F401 - the plot command must exist
+    from evalfleet.cli import main as cli_main
+
+    quiet = io.StringIO()
+    with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+        code = cli_main(["plot", str(out), "--output", str(out / "plots" / "success_rates.png")])
+    if code != 0:  # a plot must never lose the results
+        console.print(f"[yellow]plot skipped[/]: {quiet.getvalue().strip()}")
+
+
+def _stop_when_orphaned(stop: threading.Event) -> None:
+    """A runner whose supervisor died (e.g. SIGKILL of `evalfleet run`) stops instead of writing on
+    behind the back of the next `--resume`."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while not stop.wait(0.5):
+            if os.getppid() != parent:
+                stop.set()
+
+    threading.Thread(target=watch, daemon=True, name="orphan-check").start()
 
 
 def cmd_runner(args: argparse.Namespace) -> int:
@@ -189,6 +208,7 @@ def cmd_runner(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    _stop_when_orphaned(stop)
     heartbeat = HeartbeatWriter(args.heartbeat or os.environ.get(HEARTBEAT_ENV))
     heartbeat.beat(state="starting")
     run_shards(plan.runs, shards, Path(args.output), heartbeat=heartbeat, stop=stop)

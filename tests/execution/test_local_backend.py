@@ -1,0 +1,159 @@
+"""`evalfleet run` with real processes: worker counts, interruption and resume, runner crashes and
+hangs under the watchdog, a Run that never makes progress."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import evalfleet_cmd, metaworld_run, plugin_env, results_by_episode, run_evalfleet
+
+pytestmark = pytest.mark.slow
+
+SLOW = {"type": "test_slow_expert", "delay_s": 0.01}
+
+
+def _experiment(write_experiment, policy=SLOW, episodes=8):
+    return write_experiment({
+        "reach": metaworld_run("reach-v3", episodes=episodes, policy=policy),
+        "push_noisy": metaworld_run("push-v3", episodes=episodes, policy=policy, variations={
+            "robot.action_noise": {"enabled": True, "distribution": "uniform", "low": 0.0, "high": 0.6}}),
+    })
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """An uninterrupted run of the slow-expert experiment, on one worker."""
+    tmp = tmp_path_factory.mktemp("reference")
+    import yaml
+
+    path = tmp / "exp.yaml"
+    path.write_text(yaml.safe_dump({"name": "test", "seed": 0, "runs": {
+        "reach": metaworld_run("reach-v3", episodes=8, policy=SLOW),
+        "push_noisy": metaworld_run("push-v3", episodes=8, policy=SLOW, variations={
+            "robot.action_noise": {"enabled": True, "distribution": "uniform", "low": 0.0, "high": 0.6}}),
+    }}))
+    out = tmp / "out"
+    proc = run_evalfleet("run", str(path), "--output", str(out), "--workers", "1", "--shard-size", "100", "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    return path, results_by_episode(out)
+
+
+def _wait_for(predicate, timeout=120.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _records_so_far(out: Path) -> int:
+    return sum(len(p.read_text().splitlines()) for p in out.glob("*/parts/*.jsonl"))
+
+
+def _heartbeat_pid(out: Path, worker: int) -> int | None:
+    try:
+        beat = json.loads((out / ".evalfleet" / f"worker-{worker}.heartbeat").read_text())
+    except (OSError, ValueError):
+        return None
+    return beat["pid"] if beat.get("episodes", 0) >= 1 else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is not alive
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def test_worker_count_and_shard_size_do_not_change_results(reference, tmp_path):
+    path, expected = reference
+    out = tmp_path / "two"
+    proc = run_evalfleet("run", str(path), "--output", str(out), "--workers", "2", "--shard-size", "3", "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    assert results_by_episode(out) == expected
+    result = json.loads((out / "experiment_result.json").read_text())
+    for name in ("reach", "push_noisy"):
+        run = result["runs"][name]
+        assert run["status"] == "completed" and run["decided"] == 8
+        assert 0 <= run["ci95"][0] <= run["success_rate"] <= run["ci95"][1] <= 1
+    assert result["runs"]["reach"]["success_rate"] == 1.0
+    assert (out / "index.html").exists()
+
+
+def test_sigkill_of_evalfleet_run_then_resume_completes_identically(reference, tmp_path):
+    path, expected = reference
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(evalfleet_cmd("run", str(path), "--output", str(out), "--workers", "2", "--shard-size", "3",
+                                          "--no-progress"), env=plugin_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    _wait_for(lambda: _records_so_far(out) >= 3, what="a few records")
+    pids = [p for p in (_heartbeat_pid(out, w) for w in (0, 1)) if p]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert _records_so_far(out) < 16
+    # Orphaned runners notice their supervisor is gone and stop on their own.
+    _wait_for(lambda: not any(_alive(p) for p in pids), timeout=30, what="orphaned runners to stop")
+    done = run_evalfleet("run", "--resume", "--output", str(out), "--workers", "2", "--no-progress")
+    assert done.returncode == 0, done.stderr
+    assert results_by_episode(out) == expected
+
+
+def test_resume_refuses_a_changed_experiment_and_a_fresh_run_refuses_a_used_folder(reference, tmp_path):
+    path, _ = reference
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "experiment.yaml").write_text("name: other\nruns: {}\n")
+    proc = run_evalfleet("run", str(path), "--output", str(out), "--resume", "--no-progress")
+    assert proc.returncode == 2 and "differs" in proc.stderr
+    proc = run_evalfleet("run", str(path), "--output", str(out), "--no-progress")
+    assert proc.returncode == 2 and "--resume" in proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["experiment.yaml"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP])
+def test_a_killed_or_hung_runner_is_relaunched_and_loses_nothing(reference, tmp_path, sig):
+    path, expected = reference
+    out = tmp_path / "o"
+    proc = subprocess.Popen(evalfleet_cmd("run", str(path), "--output", str(out), "--workers", "1", "--shard-size", "4",
+                                          "--no-progress", "--stall-timeout", "3", "--max-restarts", "2"),
+                            env=plugin_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            text=True)
+    pid = _wait_for(lambda: _heartbeat_pid(out, 0), what="the runner's first episode")
+    os.kill(pid, sig)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr
+    assert results_by_episode(out) == expected
+    status = json.loads((out / ".evalfleet" / "worker-0.status.json").read_text())
+    outcomes = [a["outcome"] for a in status["attempts"]]
+    assert status["state"] == "completed" and len(outcomes) == 2
+    assert outcomes[0] == ("stalled" if sig == signal.SIGSTOP else "signal")
+
+
+def test_a_run_that_never_progresses_is_marked_failed_and_the_others_finish(write_experiment, tmp_path):
+    path = write_experiment({
+        "hangs": metaworld_run("reach-v3", episodes=3, policy={"type": "test_hanging"}),
+        "fine": metaworld_run("reach-v3", episodes=3),
+    })
+    out = tmp_path / "o"
+    proc = run_evalfleet("run", str(path), "--output", str(out), "--workers", "2", "--shard-size", "10", "--no-progress",
+                         "--stall-timeout", "2", "--startup-timeout", "2", "--max-restarts", "1")
+    assert proc.returncode == 1
+    result = json.loads((out / "experiment_result.json").read_text())
+    assert result["runs"]["fine"]["status"] == "completed" and result["runs"]["fine"]["success_rate"] == 1.0
+    hangs = result["runs"]["hangs"]
+    assert hangs["status"] == "failed" and "gave up" in hangs["reason"]
+    assert hangs["success_rate"] is None
+    assert "hangs" in proc.stderr and "failed" in proc.stderr
