@@ -52,6 +52,7 @@ CASES = [
     Case("comment-only-file", "# nothing here\n", "", also=("empty",)),
     Case("unparsable-yaml", "runs:\n  a: [1, 2\n  b: {\n", "", also=("not valid YAML", "line")),
     Case("tab-indented-yaml", "runs:\n\tpush: {}\n", "", also=("not valid YAML",)),
+    Case("recursive-alias", run_doc(recording="&r {video: false, cameras: [*r]}"), "", also=("cycle",)),
     Case("top-level-list", "- runs\n- shared\n", "", also=("list",)),
     Case("top-level-scalar", "just a string\n", "", also=("str",)),
     Case("runs-missing", "shared:\n  rollout_limit: {num_episodes: 3}\n", "runs", also=("shared",)),

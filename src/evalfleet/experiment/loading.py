@@ -88,7 +88,9 @@ def load_experiment(path: str | Path, overrides: Iterable[str] = ()) -> LoadedEx
         if o.is_backend:
             set_path(backend_settings, o.path, o.value)
 
-    base = _normalise(copy.deepcopy(raw), where)
+    # A tree copy: YAML aliases (`*pi0_policy`) become independent copies, so an override of one Run
+    # never reaches another Run that shares the anchor (copy.deepcopy would keep them shared).
+    base = _normalise(_tree_copy(raw, where), where)
     # Validate the file alone first so its own mistakes are reported against the file.
     _build(base, where)
     exp_overrides = [o for o in parsed if not o.is_backend]
@@ -102,6 +104,17 @@ def load_experiment(path: str | Path, overrides: Iterable[str] = ()) -> LoadedEx
             raise _blame_override(exc, exp_overrides, base) from None
     experiment = _build(doc, where)
     return LoadedExperiment(where, experiment, doc, backend_settings, [o.text for o in parsed])
+
+
+def _tree_copy(node: Any, where: str, _path: tuple[int, ...] = ()) -> Any:
+    if isinstance(node, (dict, list)):
+        if id(node) in _path:
+            raise UserError("a YAML alias refers to a map or list that contains it (a cycle)", where=where)
+        inner = (*_path, id(node))
+        if isinstance(node, dict):
+            return {k: _tree_copy(v, where, inner) for k, v in node.items()}
+        return [_tree_copy(v, where, inner) for v in node]
+    return node
 
 
 def _normalise(doc: dict[str, Any], where: str) -> dict[str, Any]:
