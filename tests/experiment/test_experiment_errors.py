@@ -90,6 +90,8 @@ CASES = [
     Case("zero-num-steps", run_doc(rollout_limit="{num_steps: 0}"), "runs.push_expert.rollout_limit.num_steps"),
     Case("zero-num-envs", run_doc(environment_builder="{num_envs: 0}"),
          "runs.push_expert.environment_builder.num_envs", also=("greater than 0",)),
+    Case("name-with-a-slash", "name: ../elsewhere\n" + GOOD, "name", also=("bad Experiment name",)),
+    Case("empty-name", "name: ''\n" + GOOD, "name", also=("bad Experiment name",)),
     Case("negative-seed", "seed: -1\n" + GOOD, "seed"),
     Case("environment-without-type", run_doc(environment="{task: push-v3}"), "runs.push_expert.environment.type",
          also=("missing",)),

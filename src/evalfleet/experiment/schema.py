@@ -9,6 +9,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 RUN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+# The Experiment's name becomes part of folder and workflow names (outputs/<name>-<time>).
+EXPERIMENT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 
 class Strict(BaseModel):
@@ -187,6 +189,16 @@ class Experiment(Strict):
     runs: dict[str, Run]
     # `shared` is merged into every Run before validation; kept for provenance only.
     shared: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def usable_as_folder_name(cls, v: str) -> str:
+        if not EXPERIMENT_NAME.match(v):
+            raise ValueError(
+                f"bad Experiment name {v!r}: it names output folders, so use letters, digits, '_', '-' and '.' "
+                "(starting with a letter, digit or '_')"
+            )
+        return v
 
     @field_validator("runs")
     @classmethod
