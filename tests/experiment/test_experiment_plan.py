@@ -256,3 +256,20 @@ def test_plan_table_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", str(QUICKSTART), "--shard-size", "10"]) == 0
     out = capsys.readouterr().out
     assert "200 episodes" in out and "20 shards" in out and "servers: none needed" in out
+
+
+def test_choice_sampler_on_metaworld_variations(tmp_path: Path) -> None:
+    path = tmp_path / "e.yaml"
+    path.write_text(
+        "runs:\n"
+        "  r:\n"
+        "    environment: {type: metaworld, task: reach-v3}\n"
+        "    policy: {type: zero}\n"
+        "    rollout_limit: {num_episodes: 60}\n"
+        "    variations:\n"
+        "      robot.action_noise: {enabled: true, distribution: choice, values: [0, 0.1, 0.3]}\n"
+        "      object.position_noise: {enabled: true, distribution: choice, values: [[0, 0, 0], [0.01, -0.01, 0]]}\n"
+    )
+    eps = make_plan(load_experiment(path)).runs["r"].episodes()
+    assert {e.variations["robot.action_noise"] for e in eps} == {0, 0.1, 0.3}
+    assert {tuple(e.variations["object.position_noise"]) for e in eps} == {(0, 0, 0), (0.01, -0.01, 0)}

@@ -90,8 +90,16 @@ def check_sampler_shape(sampler: dict[str, Any], variation: Any, where: str, key
             raise UserError("a categorical variation needs `distribution: choice` with `values`", where=where, key=key)
         return
     if sampler["distribution"] == "choice":
-        return
-    params = [sampler.get(p) for p in ("low", "high", "mean", "std") if sampler.get(p) is not None]
+        # A numeric variation picks among numbers (scalar) or n-vectors (vector), nothing else.
+        params = list(sampler["values"])
+        for value in params:
+            numbers = value if variation.kind == "vector" and isinstance(value, list) else [value]
+            if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in numbers):
+                what = "vectors of numbers" if variation.kind == "vector" else "numbers"
+                raise UserError(f"`values` of a {variation.kind} variation must be {what}, got {value!r}",
+                                where=where, key=key)
+    else:
+        params = [sampler.get(p) for p in ("low", "high", "mean", "std") if sampler.get(p) is not None]
     for value in params:
         if variation.kind == "vector":
             n = len(variation.components)
