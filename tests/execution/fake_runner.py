@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from evalfleet.execution.heartbeat import ATTEMPT_ENV, HeartbeatWriter, write_json_atomic
+from evalfleet.rollout.heartbeat import ATTEMPT_ENV, HeartbeatWriter, write_json_atomic
 
 
 def done_episodes(log_path: str) -> set[int]:

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from evalfleet.execution.heartbeat import (
+from evalfleet.rollout.heartbeat import (
     ATTEMPT_ENV,
     HEARTBEAT_ENV,
     HeartbeatWriter,

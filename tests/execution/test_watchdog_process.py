@@ -297,17 +297,17 @@ def test_add_watchdog_parser_registers_the_subcommand(tmp_path):
 
 
 def test_the_rollout_runners_heartbeat_writer_is_understood(tmp_path):
-    """The runner's own writer (evalfleet.rollout.heartbeat) speaks the same contract: its progress is seen, and
-    when it stops making progress the attempt is `stalled`, not `no_heartbeat`."""
-    pytest.importorskip("evalfleet.rollout.heartbeat")
+    """The runner's way of beating (running totals through `advance`) is seen as progress, and when it stops
+    making progress the attempt is `stalled`, not `no_heartbeat`."""
     script = (
         "import os, time\n"
         "from evalfleet.rollout.heartbeat import HeartbeatWriter\n"
-        "hb = HeartbeatWriter(os.environ['EVALFLEET_HEARTBEAT'], 'run/0', min_interval_s=0.05)\n"
+        "hb = HeartbeatWriter(os.environ['EVALFLEET_HEARTBEAT'], 'run/0', min_interval=0.05)\n"
         "hb.beat(state='starting')\n"
+        "hb.beat(state='running')\n"
         "for _ in range(20):\n"
-        "    hb.beat(steps=1); time.sleep(0.02)\n"
-        "hb.beat(episodes=1)\n"
+        "    hb.advance(steps=1); time.sleep(0.02)\n"
+        "hb.advance(episodes=1)\n"
         "time.sleep(3600)\n"
     )
     cfg = WatchdogConfig(startup_timeout=30, stall_timeout=1.0, max_restarts=0, poll=0.1, term_grace=1, backoff=0)

@@ -209,10 +209,10 @@ def cmd_runner(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     _stop_when_orphaned(stop)
-    heartbeat = HeartbeatWriter(args.heartbeat or os.environ.get(HEARTBEAT_ENV))
+    heartbeat = HeartbeatWriter(args.heartbeat or os.environ.get(HEARTBEAT_ENV), "")
     heartbeat.beat(state="starting")
     run_shards(plan.runs, shards, Path(args.output), heartbeat=heartbeat, stop=stop)
     if stop.is_set():
         return 143
-    heartbeat.beat(state="done")
+    heartbeat.done()
     return 0

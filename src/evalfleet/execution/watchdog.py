@@ -5,7 +5,7 @@
 
 CMD runs in its own process group (a new session) with its output going where the watchdog's goes. It learns the
 heartbeat path from the environment variable EVALFLEET_HEARTBEAT and its attempt number (1, 2, ...) from
-EVALFLEET_ATTEMPT; it reports progress there with `evalfleet.execution.heartbeat.HeartbeatWriter`.
+EVALFLEET_ATTEMPT; it reports progress there with `evalfleet.rollout.heartbeat.HeartbeatWriter`.
 
 Liveness is progress, not output:
   * startup: from launch until the first heartbeat of this attempt whose state is not "starting" or whose steps or
@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Sequence, Union
 
 from evalfleet.errors import UserError
-from evalfleet.execution.heartbeat import (
+from evalfleet.rollout.heartbeat import (
     ATTEMPT_ENV,
     HEARTBEAT_ENV,
     read_heartbeat,

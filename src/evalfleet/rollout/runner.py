@@ -93,7 +93,7 @@ class ShardRunner:
         self.out_dir = Path(out_dir)
         self.make_env = make_env
         self.make_policy = make_policy
-        self.heartbeat = heartbeat or HeartbeatWriter(None)
+        self.heartbeat = heartbeat or HeartbeatWriter(None, "")
         self.stop = stop or threading.Event()
         self.on_record = on_record
         self._envs: list[Any] = []
@@ -135,7 +135,8 @@ class ShardRunner:
         if budget is None:
             n_envs = min(n_envs, len(queue))
         self._ensure_instances(n_envs)
-        self.heartbeat.beat(state="running", shard=f"{self.plan.name}/{shard.id}")
+        self.heartbeat.shard = f"{self.plan.name}/{shard.id}"
+        self.heartbeat.beat(state="running", force=True)
         writer = RecordWriter(part_path(self.out_dir, self.plan.name, shard.id))
         horizon = self.run.policy.open_loop_horizon
         max_attempts = self.run.max_attempts
@@ -197,7 +198,7 @@ class ShardRunner:
                 outcome.errors += 1
                 if slot.attempt < max_attempts:
                     queue.append((spec.index, slot.attempt + 1))
-            self.heartbeat.beat(episodes=1)
+            self.heartbeat.advance(episodes=1)
             if self.on_record:
                 self.on_record(record.to_json())
             slot.spec = None
@@ -233,7 +234,7 @@ class ShardRunner:
                         finish(slot, error=f"episode exceeded its {timeout:g} s deadline after {slot.steps} steps")
                         start(slot)
                 outcome.steps += stepped
-                self.heartbeat.beat(steps=stepped)
+                self.heartbeat.advance(steps=stepped)
             outcome.stopped = self.stop.is_set()
         finally:
             writer.close()
