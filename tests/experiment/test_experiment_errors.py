@@ -95,6 +95,18 @@ CASES = [
     Case("negative-seed", "seed: -1\n" + GOOD, "seed"),
     Case("environment-without-type", run_doc(environment="{task: push-v3}"), "runs.push_expert.environment.type",
          also=("missing",)),
+    # A bad value that comes from `shared` is reported where it is written, not as runs.<name>.… .
+    Case("zero-num-envs-in-shared", "shared:\n  environment_builder: {num_envs: 0}\n" + GOOD,
+         "shared.environment_builder.num_envs", also=("greater than 0", "push_expert")),
+    Case("unknown-metaworld-task-in-shared",
+         "shared:\n  environment: {task: push-v2}\n" + run_doc(environment="{type: metaworld}"),
+         "shared.environment.task", also=("push-v3",)),
+    Case("vector-variation-scalar-bounds-in-shared",
+         "shared:\n  variations: {object: {position_noise: {enabled: true, low: 0.0, high: 0.1}}}\n" + GOOD,
+         "shared.variations.object.position_noise", also=("vector of 3",)),
+    Case("override-bad-shared-value", "shared:\n  rollout_limit: {num_episodes: 3}\n" + run_doc(rollout_limit=None), "",
+         overrides=("shared.rollout_limit.num_episodes=0",), also=("shared.rollout_limit.num_episodes", "greater than 0"),
+         on_command_line=True),
     Case("bad-run-name-digit", GOOD.replace("push_expert", "1st_run"), "runs.1st_run", also=("bad Run name",)),
     Case("bad-run-name-space", GOOD.replace("push_expert:", "'push expert':"), "runs.push expert",
          also=("bad Run name",)),
@@ -281,3 +293,12 @@ def test_unknown_metaworld_task_message_is_not_redundant(tmp_path: Path, capsys:
     assert main(["plan", str(path)]) == 2
     line = capsys.readouterr().err.strip()
     assert line.count("push-v2") == 1, line
+
+
+def test_a_runs_own_bad_value_is_reported_in_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # shared sets the same key correctly; the Run's own value is the culprit.
+    path = tmp_path / "e.yaml"
+    path.write_text("shared:\n  environment_builder: {num_envs: 2}\n" + run_doc(environment_builder="{num_envs: 0}"))
+    assert main(["plan", str(path)]) == 2
+    line = capsys.readouterr().err.strip()
+    assert "runs.push_expert.environment_builder.num_envs" in line and "shared" not in line

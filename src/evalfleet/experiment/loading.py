@@ -173,15 +173,46 @@ def _build(doc: dict[str, Any], where: str) -> Experiment:
     _check_shared(shared, where)
     runs = {name: _deep_merge(shared, run) for name, run in doc["runs"].items()}
     top = {k: v for k, v in doc.items() if k not in ("runs", "shared")}
-    try:
-        exp = Experiment.model_validate({**top, "runs": runs, "shared": shared})
-    except ValidationError as exc:
-        raise _validation_error(exc, where, Experiment) from None
     from evalfleet.experiment.validation import validate_types
 
-    for name, run in exp.runs.items():
-        validate_types(run, where, f"runs.{name}")
+    try:
+        exp = Experiment.model_validate({**top, "runs": runs, "shared": shared})
+        for name, run in exp.runs.items():
+            validate_types(run, where, f"runs.{name}")
+    except ValidationError as exc:
+        raise _point_at_shared(_validation_error(exc, where, Experiment), doc) from None
+    except UserError as exc:
+        raise _point_at_shared(exc, doc) from None
     return exp
+
+
+def _point_at_shared(exc: UserError, doc: dict[str, Any]) -> UserError:
+    """A Run's bad value that the Run does not set itself came from `shared`: name the key there,
+    where the user can find it, instead of a runs.<name>.… path that is not in the file."""
+    key = exc.key or ""
+    parts = key.split(".")
+    if len(parts) < 3 or parts[0] != "runs" or parts[1] not in doc["runs"]:
+        return exc
+    name, rest = parts[1], parts[2:]
+    if _has_path(doc["runs"][name], rest) or not _has_path(doc.get("shared") or {}, rest):
+        return exc
+    return UserError(f"{exc.message} (set in shared, merged into Run {name!r})", where=exc.where,
+                     key="shared." + ".".join(rest))
+
+
+def _has_path(node: Any, parts: list[str]) -> bool:
+    """Whether the dotted path exists in nested maps (a key may itself hold dots: `asset.variation`)."""
+    i = 0
+    while i < len(parts):
+        if not isinstance(node, dict):
+            return False
+        for j in range(len(parts), i, -1):
+            if ".".join(parts[i:j]) in node:
+                node, i = node[".".join(parts[i:j])], j
+                break
+        else:
+            return False
+    return True
 
 
 def _check_shared(shared: dict[str, Any], where: str) -> None:
@@ -285,7 +316,7 @@ def _blame_override(exc: UserError, overrides: list[Override], base: dict[str, A
     culprit = culprit or overrides[-1]
     leaves = [k for k, _ in overridable_leaves_safe(base)]
     # Suggest keys only when the override names a key that does not exist (not for a bad value).
-    known = culprit.key in leaves or any(k.startswith(culprit.key + ".") for k in leaves)
+    known = not exc.message.startswith("unknown key") or culprit.key in leaves
     close = [] if known else difflib.get_close_matches(culprit.key, leaves, n=3, cutoff=0.6)
     hint = f"; nearest valid keys: {', '.join(close)}" if close else ""
     return UserError(f"override {culprit.text!r}: {exc.key + ': ' if exc.key else ''}{exc.message}{hint}", where=COMMAND_LINE)
