@@ -171,3 +171,16 @@ def test_run_names_the_missing_policy_type_when_the_environment_is_known(tmp_pat
     line = capsys.readouterr().err.strip()
     assert "reach_pi0" in line and PI0 in line and "runs.reach_pi0.policy.type" in line
     assert not out.exists()
+
+
+def test_yaml_merge_keys_extend_an_anchor(tmp_path: Path) -> None:
+    text = ARENA.read_text().replace(
+        "    policy: *cosmos_policy\n    rollout_limit:\n      num_episodes: 50\n",
+        "    policy:\n      <<: *cosmos_policy\n      remote_port: 8002\n    rollout_limit:\n      num_episodes: 50\n")
+    assert "<<: *cosmos_policy" in text
+    path = tmp_path / "merged.yaml"
+    path.write_text(text)
+    runs = load_experiment(path).experiment.runs
+    assert runs["mug_on_plate_cosmos"].policy.options() == {"remote_host": "localhost", "remote_port": 8002,
+                                                             "checkpoint": "cosmos-action-edge-2b"}
+    assert runs["banana_in_bowl_cosmos"].policy.options()["remote_port"] == 8001
