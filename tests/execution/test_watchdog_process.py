@@ -51,8 +51,18 @@ def wait_for(predicate, what: str, guard: float = GUARD_S) -> None:
     pytest.fail(f"gave up waiting for {what}")
 
 
-def gone(pid: int) -> bool:
-    """No such process, or only a zombie left (dead, waiting for its reaper)."""
+def gone(pid: int, within_s: float = 5.0) -> bool:
+    """No such process, or only a zombie left (dead, waiting for its reaper), within a short while: a
+    SIGKILL sent to a group is delivered asynchronously."""
+    deadline = time.monotonic() + within_s
+    while not _gone_now(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _gone_now(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -206,7 +216,7 @@ def test_signal_to_the_watchdog_stops_the_child_group(tmp_path, sig, code, runne
     )
     wait_for(marker.exists, "the runner to start its grandchild")
     info = json.loads(marker.read_text())
-    assert not gone(info["pid"]) and not gone(info["grandchild"])
+    assert not gone(info["pid"], within_s=0) and not gone(info["grandchild"], within_s=0)
     proc.send_signal(sig)
     assert proc.wait(GUARD_S) == code, err.read_text()
 
