@@ -4,9 +4,12 @@ until the adapter's registry entry validates them (see validation.py)."""
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
+
+# Counts and seeds take whole numbers only: lax pydantic would read `num_episodes: true` as 1.
+Int = Annotated[int, Strict()]
 
 RUN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 # The Experiment's name becomes part of folder and workflow names (outputs/<name>-<time>).
@@ -29,12 +32,12 @@ class TypedSection(BaseModel):
 
 class PolicySection(TypedSection):
     # How many actions of a returned chunk run before the policy is asked again (None: the whole chunk).
-    open_loop_horizon: int | None = Field(default=None, gt=0)
+    open_loop_horizon: Int | None = Field(default=None, gt=0)
 
 
 class RolloutLimit(Strict):
-    num_episodes: int | None = Field(default=None, gt=0)
-    num_steps: int | None = Field(default=None, gt=0)
+    num_episodes: Int | None = Field(default=None, gt=0)
+    num_steps: Int | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def exactly_one(self) -> "RolloutLimit":
@@ -46,8 +49,8 @@ class RolloutLimit(Strict):
 class EnvironmentBuilder(BaseModel):
     # Arena's builder carries simulator flags we do not know; known environment types reject extras.
     model_config = ConfigDict(extra="allow")
-    num_envs: int = Field(default=1, gt=0)
-    seed: int | None = Field(default=None, ge=0)
+    num_envs: Int = Field(default=1, gt=0)
+    seed: Int | None = Field(default=None, ge=0)
 
 
 class SamplerCfg(Strict):
@@ -134,10 +137,10 @@ def _check_bounds(low: Any, high: Any) -> None:
 class Recording(Strict):
     video: bool = False
     cameras: list[str] = Field(default_factory=list)
-    every_n_episodes: int = Field(default=10, gt=0)
-    fps: int = Field(default=20, gt=0)
-    width: int | None = Field(default=None, gt=0)
-    height: int | None = Field(default=None, gt=0)
+    every_n_episodes: Int = Field(default=10, gt=0)
+    fps: Int = Field(default=20, gt=0)
+    width: Int | None = Field(default=None, gt=0)
+    height: Int | None = Field(default=None, gt=0)
 
 
 class Run(Strict):
@@ -150,7 +153,7 @@ class Run(Strict):
     task: str | None = None
     policy_name: str | None = None
     recording: Recording = Field(default_factory=Recording)
-    max_attempts: int = Field(default=3, gt=0)
+    max_attempts: Int = Field(default=3, gt=0)
     episode_timeout_s: float = Field(default=600.0, gt=0)
 
     @field_validator("task", "policy_name")
@@ -185,7 +188,7 @@ def _stem(type_name: str) -> str:
 
 class Experiment(Strict):
     name: str = "experiment"
-    seed: int = Field(default=0, ge=0)
+    seed: Int = Field(default=0, ge=0)
     runs: dict[str, Run]
     # `shared` is merged into every Run before validation; kept for provenance only.
     shared: dict[str, Any] = Field(default_factory=dict)
