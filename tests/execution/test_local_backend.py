@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import evalfleet_cmd, metaworld_run, plugin_env, results_by_episode, run_evalfleet
+from evalfleet_testkit import evalfleet_cmd, metaworld_run, plugin_env, results_by_episode, run_evalfleet
 
 pytestmark = pytest.mark.slow
 
@@ -91,6 +91,12 @@ def test_worker_count_and_shard_size_do_not_change_results(reference, tmp_path):
         assert 0 <= run["ci95"][0] <= run["success_rate"] <= run["ci95"][1] <= 1
     assert result["runs"]["reach"]["success_rate"] == 1.0
     assert (out / "index.html").exists()
+    # The run's plot (tasks × policies with intervals) is a real, non-empty image.
+    from PIL import Image  # matplotlib's own dependency
+
+    with Image.open(out / "plots" / "success_rates.png") as image:
+        assert image.size[0] >= 600 and image.size[1] >= 400
+        assert len(set(image.convert("L").getdata())) > 10
 
 
 def test_sigkill_of_evalfleet_run_then_resume_completes_identically(reference, tmp_path):

@@ -251,8 +251,6 @@ def test_console_script_smoke(tmp_path: Path) -> None:
     assert bad.returncode == 2 and bad.stdout == "" and len(bad.stderr.splitlines()) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="argparse takes no positional after an option (bpo-14191): "
-                   "`evalfleet plan EXP --json KEY=VALUE` fails; the fix belongs in cli.py")
 def test_overrides_may_follow_options(capsys: pytest.CaptureFixture[str]) -> None:
     before = cli(capsys, "plan", str(QUICKSTART), "runs.push_expert.rollout_limit.num_episodes=4", "--json")
     assert cli(capsys, "plan", str(QUICKSTART), "--json", "runs.push_expert.rollout_limit.num_episodes=4") == before

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import metaworld_run
+from evalfleet_testkit import metaworld_run
 from evalfleet.experiment.loading import load_experiment
 from evalfleet.experiment.plan import Shard, make_plan
 from evalfleet.rollout.runner import latest_records, run_shards
@@ -114,7 +114,7 @@ def test_step_budget_run_stops_launching_episodes_once_spent(write_experiment, t
 def test_policy_errors_are_recorded_retried_and_not_failures(write_experiment, tmp_path, monkeypatch):
     import sys
 
-    from conftest import PLUGINS_DIR
+    from evalfleet_testkit import PLUGINS_DIR
 
     monkeypatch.syspath_prepend(str(PLUGINS_DIR))
     import evalfleet_test_plugins  # noqa: F401 - registers test_flaky_expert

@@ -1,0 +1,58 @@
+"""Helpers shared by the suite (a uniquely named module: several test folders have their own conftest)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGINS_DIR = Path(__file__).resolve().parent / "plugins"
+
+
+def metaworld_run(task: str, policy_type: str = "metaworld_expert", episodes: int = 6, **extra: Any) -> dict[str, Any]:
+    run: dict[str, Any] = {
+        "environment": {"type": "metaworld", "task": task},
+        "policy": {"type": policy_type},
+        "rollout_limit": {"num_episodes": episodes},
+    }
+    for key, value in extra.items():
+        run[key] = value
+    return run
+
+
+def plugin_env(**extra: str) -> dict[str, str]:
+    """Environment for evalfleet subprocesses that can use the misbehaving test policies."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PLUGINS_DIR), env.get("PYTHONPATH", "")]))
+    env["EVALFLEET_PLUGINS"] = "evalfleet_test_plugins"
+    env.update(extra)
+    return env
+
+
+def evalfleet_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "evalfleet.cli", *args]
+
+
+def run_evalfleet(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(evalfleet_cmd(*args), capture_output=True, text=True, env=env or plugin_env(),
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def results_by_episode(out: Path) -> dict[tuple[str, int], tuple[Any, ...]]:
+    """(run, episode) → what must not depend on how the episode was run."""
+    found = {}
+    for path in sorted(out.glob("*/episode_results.jsonl")):
+        lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        episodes = [r["episode"] for r in lines]
+        assert len(episodes) == len(set(episodes)), f"duplicate episodes in {path}"
+        for r in lines:
+            found[(r["run"], r["episode"])] = (r["seed"], r["status"], r["success"], r["episode_length"],
+                                              json.dumps(r["variations"], sort_keys=True))
+    return found
