@@ -1,0 +1,103 @@
+"""Throughput of the local backend against a plain two-process loop over the same episodes.
+
+    python bench/throughput.py [--episodes-per-task 250] [--workers 2]
+
+Prints JSON: evalfleet's episodes/s (the whole `evalfleet run`: planning, worker start-up under the
+watchdog, records, collect and report) next to a bare multiprocessing loop that steps the same seeded
+Meta-World episodes with the same experts and writes nothing, and their ratio (target ≥ 0.85).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+TASKS = ("reach-v3", "push-v3", "pick-place-v3", "drawer-open-v3")
+
+
+def plain_worker(items: list[tuple[str, int]]) -> tuple[int, int]:
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    import metaworld.policies as mw_policies
+
+    from evalfleet.policies.builtin import expert_class_name
+    from evalfleet.sim.metaworld_env import make_task_env
+
+    envs, experts = {}, {}
+    successes = steps = 0
+    for task, seed in items:
+        if task not in envs:
+            envs[task] = make_task_env(task)
+            experts[task] = getattr(mw_policies, expert_class_name(task))()
+        env, expert = envs[task], experts[task]
+        env.seed(seed)
+        obs, _ = env.reset()
+        for _ in range(500):
+            obs, _, _, _, info = env.step(expert.get_action(obs))
+            steps += 1
+            if info["success"]:
+                successes += 1
+                break
+    return successes, steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes-per-task", type=int, default=250)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+
+    from evalfleet.experiment.loading import load_experiment
+    from evalfleet.experiment.plan import make_plan
+
+    with tempfile.TemporaryDirectory() as tmp:
+        exp_path = Path(tmp) / "bench.yaml"
+        runs = {t.replace("-", "_"): {"environment": {"type": "metaworld", "task": t},
+                                      "policy": {"type": "metaworld_expert"},
+                                      "rollout_limit": {"num_episodes": args.episodes_per_task}} for t in TASKS}
+        exp_path.write_text(yaml.safe_dump({"name": "throughput", "runs": runs}))
+        plan = make_plan(load_experiment(exp_path), workers=args.workers)
+        items = [(rp.run.environment.options()["task"], e.seed) for rp in plan.runs.values() for e in rp.episodes()]
+        total = len(items)
+
+        t0 = time.perf_counter()
+        with mp.get_context("spawn").Pool(args.workers) as pool:
+            parts = pool.map(plain_worker, [items[i::args.workers] for i in range(args.workers)])
+        plain_s = time.perf_counter() - t0
+        plain_success = sum(p[0] for p in parts)
+
+        out = Path(tmp) / "out"
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "evalfleet.cli", "run", str(exp_path), "--output", str(out),
+                               "--workers", str(args.workers), "--no-progress"], capture_output=True, text=True)
+        evalfleet_s = time.perf_counter() - t0
+        if proc.returncode != 0:
+            sys.exit(f"evalfleet run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        result = json.loads((out / "experiment_result.json").read_text())
+        ef_success = sum(r["counts"]["success"] for r in result["runs"].values())
+
+    report = {
+        "episodes": total,
+        "workers": args.workers,
+        "evalfleet_s": round(evalfleet_s, 2),
+        "evalfleet_episodes_per_s": round(total / evalfleet_s, 2),
+        "plain_loop_s": round(plain_s, 2),
+        "plain_loop_episodes_per_s": round(total / plain_s, 2),
+        "ratio": round(plain_s / evalfleet_s, 3),
+        "target_ratio": 0.85,
+        "successes": {"evalfleet": ef_success, "plain_loop": plain_success},
+    }
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

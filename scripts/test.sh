@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Install everything the test suite needs, then run it: `bash scripts/test.sh [pytest args]`.
+# Used by the README and by CI (.ci/run). Idempotent: reruns only check what is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+python3 -m pip install -q --root-user-action=ignore -e '.[test]'
+# openpi-client (the real peer of our openpi server) declares numpy<2: install it without its
+# dependencies so the project's numpy stays; what it imports (msgpack, websockets,
+# typing_extensions) comes with evalfleet's own and the test extras.
+python3 -m pip install -q --root-user-action=ignore --no-deps 'openpi-client==0.1.2'
+# Debian's chromium drives the browser tests of the HTML report (Playwright's own download cannot work).
+bash scripts/install-chromium.sh >/dev/null
+
+export MPLBACKEND=Agg
+exec python3 -m pytest "$@"
