@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a shard to run (repeatable); STOP empty for a num_steps Run; default: every shard")
     p.add_argument("--run", action="append", default=[], metavar="NAME", help="run every shard of these Runs")
     p.add_argument("--heartbeat", metavar="FILE", default=None, help="heartbeat file (default: $EVALFLEET_HEARTBEAT)")
+    p.add_argument("--claim-dir", metavar="DIR", default=None,
+                   help="share the shards with other workers: run only those this worker claims here")
+    p.add_argument("--worker-id", default="0", help="this worker's name in --claim-dir")
     p.set_defaults(handler=cmd_runner)
 
     from evalfleet.execution.watchdog import add_watchdog_parser
@@ -211,6 +214,10 @@ def cmd_runner(args: argparse.Namespace) -> int:
     _stop_when_orphaned(stop)
     heartbeat = HeartbeatWriter(args.heartbeat or os.environ.get(HEARTBEAT_ENV), "")
     heartbeat.beat(state="starting")
+    if args.claim_dir:
+        from evalfleet.execution.local import claim_shards
+
+        shards = claim_shards(shards, Path(args.claim_dir), str(args.worker_id))
     run_shards(plan.runs, shards, Path(args.output), heartbeat=heartbeat, stop=stop)
     if stop.is_set():
         return 143

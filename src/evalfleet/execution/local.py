@@ -1,7 +1,9 @@
 """The local backend: every shard on N worker processes of this machine, each under the watchdog.
 
-Shards are dealt to workers up front (interleaved across Runs); a worker is one `evalfleet runner`
-process that runs its shards in order, resuming from the logs whenever the watchdog relaunches it.
+Every worker is one `evalfleet runner` process given the whole shard list; it claims shards one at a
+time (an atomic file per shard), so a fast worker takes more of them and a worker that dies or gives
+up strands only the shard it was on. When the watchdog relaunches a worker it resumes its own claims
+from the logs.
 Progress comes from the growing logs. Ctrl-C stops every worker and leaves a folder that `--resume`
 completes; a Run whose worker gives up is marked failed while the others finish.
 """
@@ -9,6 +11,7 @@ completes; a Run whose worker gives up is marked failed while the others finish.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import threading
 import time
@@ -39,17 +42,30 @@ class LocalRun:
     show_progress: bool = True
     stop: threading.Event = field(default_factory=threading.Event)
 
-    def assign(self) -> list[list[Shard]]:
-        """Deal shards round-robin, earliest episodes of every Run first, so workers get similar mixes."""
-        shards = sorted(self.plan.shards, key=lambda s: (s.start, list(self.plan.runs).index(s.run)))
-        n = max(1, min(self.workers, len(shards)))
-        return [shards[i::n] for i in range(n)]
+    @property
+    def claim_dir(self) -> Path:
+        return self.out / INTERNAL_DIR / "claims"
 
-    def worker_command(self, shards: list[Shard]) -> list[str]:
-        cmd = [sys.executable, "-m", "evalfleet.cli", "runner", str(self.out / "experiment.yaml"), "--output", str(self.out)]
+    def ordered_shards(self) -> list[Shard]:
+        """Earliest episodes of every Run first, so every Run makes progress from the start."""
+        return sorted(self.plan.shards, key=lambda s: (s.start, list(self.plan.runs).index(s.run)))
+
+    def worker_command(self, worker: int, shards: list[Shard]) -> list[str]:
+        cmd = [sys.executable, "-m", "evalfleet.cli", "runner", str(self.out / "experiment.yaml"), "--output",
+               str(self.out), "--claim-dir", str(self.claim_dir), "--worker-id", str(worker)]
         for s in shards:
             cmd += ["--shard", f"{s.run}:{s.start}:{'' if s.stop is None else s.stop}"]
         return cmd
+
+    def claimed_by(self, worker: int) -> list[Shard]:
+        mine = []
+        for shard in self.plan.shards:
+            try:
+                if (self.claim_dir / claim_name(shard)).read_text() == str(worker):
+                    mine.append(shard)
+            except OSError:
+                pass
+        return mine
 
     def execute(self) -> list[WorkerResult]:
         internal = self.out / INTERNAL_DIR
@@ -57,7 +73,12 @@ class LocalRun:
         for name, rp in self.plan.runs.items():
             write_run_status(self.out, name, task=rp.task, policy=rp.policy,
                              planned_episodes=rp.num_episodes, state="running", reason=None)
-        results = [WorkerResult(i, shards) for i, shards in enumerate(self.assign())]
+        # Claims of an earlier invocation would strand shards on workers that no longer exist; the
+        # logs, not the claims, say what is done.
+        shutil.rmtree(self.claim_dir, ignore_errors=True)
+        self.claim_dir.mkdir(parents=True)
+        shards = self.ordered_shards()
+        results = [WorkerResult(i, shards) for i in range(max(1, min(self.workers, len(shards))))]
         threads = [threading.Thread(target=self._supervise, args=(r, internal), daemon=True) for r in results]
         for t in threads:
             t.start()
@@ -82,7 +103,7 @@ class LocalRun:
         try:
             with open(log_path, "ab") as log:
                 result.result = supervise(
-                    self.worker_command(result.shards),
+                    self.worker_command(result.worker, result.shards),
                     internal / f"worker-{result.worker}.heartbeat",
                     self.watchdog,
                     env=env,
@@ -94,6 +115,7 @@ class LocalRun:
                 )
         except Exception as exc:  # noqa: BLE001 - reported as this worker's failure
             result.error = f"{type(exc).__name__}: {exc}"
+        result.shards = self.claimed_by(result.worker)
 
     def _watch(self, threads: list[threading.Thread], tracker: ProgressTracker) -> None:
         if not self.show_progress:
@@ -123,6 +145,29 @@ class LocalRun:
                 if not alive:
                     break
                 time.sleep(0.25)
+
+
+def claim_name(shard: Shard) -> str:
+    return f"{shard.run}--{shard.id}"
+
+
+def claim_shards(shards: list[Shard], claim_dir: Path, worker: str):  # noqa: ANN201 - a generator of Shard
+    """Yield the shards this worker claims, one at a time, right before it runs each: unclaimed ones
+    (created atomically) and its own earlier claims (a relaunch resumes them)."""
+    for shard in shards:
+        path = claim_dir / claim_name(shard)
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                if path.read_text() != worker:
+                    continue
+            except OSError:
+                continue
+        else:
+            with os.fdopen(fd, "w") as f:
+                f.write(worker)
+        yield shard
 
 
 def _append(path: Path, text: str) -> None:
