@@ -134,7 +134,7 @@ class ServerBinding:
             if other != reference:
                 key = _first_difference(reference, other)
                 raise UserError(
-                    f"Runs {first.run!r} and {use.run!r} share a {self.policy_type} server but differ in {key}"
+                    f"Runs {first.run!r} and {use.run!r} share one {self.policy_type} server but differ in {key}"
                     f" ({_lookup(reference, key)!r} vs {_lookup(other, key)!r}); make them equal or use"
                     " server_sharing: per_run",
                     key=f"runs.{use.run}.policy",
@@ -143,7 +143,7 @@ class ServerBinding:
 
 def _first_difference(a: Any, b: Any, prefix: str = "") -> str:
     if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(set(a) | set(b), key=str):
+        for key in [*a, *(k for k in b if k not in a)]:
             if a.get(key) != b.get(key):
                 return _first_difference(a.get(key), b.get(key), f"{prefix}.{key}" if prefix else str(key))
     return prefix or "(value)"

@@ -201,7 +201,9 @@ class Gr00tRemotePolicy(BasePolicy):
         self.options = options
         self.address = f"tcp://{options.host}:{options.port}"
         self._zmq = zmq
-        self._context = zmq.Context()
+        # The process-wide context: it is never terminated by garbage collection, which would block
+        # while any socket is still open (a client dropped without close() must not hang anything).
+        self._context = zmq.Context.instance()
         self._sockets: dict[int, Any] = {}
         self._wait_ready()
         self.metadata = {"modality_config": self.get_modality_config()}
@@ -363,7 +365,12 @@ class Gr00tRemotePolicy(BasePolicy):
     def close(self) -> None:
         for env_id in list(self._sockets):
             self._drop(env_id)
-        self._context.term()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
 
 
 @POLICIES.register(
