@@ -59,8 +59,12 @@ class PolicyWorker:
         return self._queue
 
     async def act(self, observation: dict[str, Any], env_id: int) -> np.ndarray:
+        loop = asyncio.get_running_loop()
+        if self.max_batch == 1:  # no batching: straight to the policy thread (which serialises calls)
+            pending = _Pending(observation, env_id, None, 0.0)  # type: ignore[arg-type]
+            return (await loop.run_in_executor(self._executor, self._run_batch, [pending]))[0]
         queue = self._ensure_started()
-        future = asyncio.get_running_loop().create_future()
+        future = loop.create_future()
         queue.put_nowait(_Pending(observation, env_id, future, time.monotonic()))
         return await future
 
