@@ -10,9 +10,9 @@ from importlib.metadata import entry_points
 
 BUILTIN_MODULES = (
     "evalfleet.sim.metaworld_spec",
-    "evalfleet.policies.builtin",
-    "evalfleet.serving.registrations",
+    "evalfleet.serving",
 )
+POLICY_PACKAGE = "evalfleet.policies"  # every module in it registers its policies
 
 PLUGINS_ENV = "EVALFLEET_PLUGINS"
 _loaded = False
@@ -23,7 +23,12 @@ def load_registries() -> None:
     if _loaded:
         return
     _loaded = True
-    for name in BUILTIN_MODULES:
+    import pkgutil
+
+    import evalfleet.policies
+
+    policy_modules = [f"{POLICY_PACKAGE}.{m.name}" for m in pkgutil.iter_modules(evalfleet.policies.__path__)]
+    for name in (*BUILTIN_MODULES, *policy_modules):
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as exc:

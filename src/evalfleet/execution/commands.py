@@ -77,7 +77,11 @@ def run_local(loaded: Any, out: Path, *, workers: int, shard_size: int | None, s
               stall_timeout: float = 180.0, startup_timeout: float = 300.0, max_restarts: int = 3) -> int:
     from rich.console import Console
 
+    import yaml
+
     from evalfleet.execution.local import LocalRun
+    from evalfleet.execution.output_dir import INTERNAL_DIR, write_atomic
+    from evalfleet.execution.servers import LocalServers
     from evalfleet.execution.watchdog import WatchdogConfig
     from evalfleet.experiment.plan import make_plan
 
@@ -88,12 +92,22 @@ def run_local(loaded: Any, out: Path, *, workers: int, shard_size: int | None, s
     config = WatchdogConfig(startup_timeout=startup_timeout, stall_timeout=stall_timeout,
                             max_restarts=max_restarts, poll=0.5, term_grace=5.0, backoff=1.0, backoff_max=30.0)
     local = LocalRun(plan, out, workers, config, show_progress=show_progress)
+    servers = LocalServers({n: rp.run for n, rp in plan.runs.items()}, loaded.experiment.server_sharing, out,
+                           loaded.experiment.seed, log=console.print)
     try:
+        if servers:
+            servers.start()
+            # Ports change from run to run, so the wiring lives beside experiment.yaml, not in it.
+            wired = out / INTERNAL_DIR / "experiment.wired.yaml"
+            write_atomic(wired, yaml.safe_dump(servers.wired_document(loaded.resolved_document()), sort_keys=False))
+            local.experiment_file = wired
         results = local.execute()
     except KeyboardInterrupt:
         console.print(f"[yellow]interrupted[/]: every worker stopped; finished episodes are kept. "
                       f"Continue with: evalfleet run --resume --output {out}")
         return 130
+    finally:
+        servers.stop()
     finish_runs(plan, out, results)
     return summarise(out, console)
 

@@ -41,6 +41,7 @@ class LocalRun:
     watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
     show_progress: bool = True
     stop: threading.Event = field(default_factory=threading.Event)
+    experiment_file: Path | None = None  # what workers load (default OUT/experiment.yaml)
 
     @property
     def claim_dir(self) -> Path:
@@ -51,7 +52,8 @@ class LocalRun:
         return sorted(self.plan.shards, key=lambda s: (s.start, list(self.plan.runs).index(s.run)))
 
     def worker_command(self, worker: int, shards: list[Shard]) -> list[str]:
-        cmd = [sys.executable, "-m", "evalfleet.cli", "runner", str(self.out / "experiment.yaml"), "--output",
+        experiment = self.experiment_file or self.out / "experiment.yaml"
+        cmd = [sys.executable, "-m", "evalfleet.cli", "runner", str(experiment), "--output",
                str(self.out), "--claim-dir", str(self.claim_dir), "--worker-id", str(worker)]
         for s in shards:
             cmd += ["--shard", f"{s.run}:{s.start}:{'' if s.stop is None else s.stop}"]

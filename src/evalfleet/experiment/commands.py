@@ -98,7 +98,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     console.print(table)
     if plan.servers:
         for server in plan.servers:
-            console.print(f"server: {json.dumps(server)}")
+            res = server["resources"]
+            console.print(f"server {server['id']}: {server['protocol']} {server['policy_type']} for "
+                          f"{', '.join(server['runs'])} (gpus={res['gpus']}, cpus={res['cpus']}, "
+                          f"memory={res['memory_gb']} GB)", soft_wrap=True)
+            console.print(f"  {server['command']}", soft_wrap=True, markup=False, highlight=False)
     else:
         console.print("servers: none needed")
     return 0

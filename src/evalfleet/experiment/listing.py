@@ -18,7 +18,9 @@ def _leaves(prefix: str, value: Any) -> list[tuple[str, Any]]:
 
 
 def overridable_leaves(experiment: Experiment, document: dict[str, Any]) -> list[tuple[str, Any]]:
-    leaves: list[tuple[str, Any]] = [("name", experiment.name), ("seed", experiment.seed)]
+    leaves: list[tuple[str, Any]] = [
+        ("name", experiment.name), ("seed", experiment.seed), ("server_sharing", experiment.server_sharing)
+    ]
     shared = document.get("shared") or {}
     for key, value in shared.items():
         leaves.extend(_leaves(f"shared.{key}", value))

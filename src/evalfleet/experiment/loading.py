@@ -38,6 +38,7 @@ class LoadedExperiment:
         return {
             "name": exp.name,
             "seed": exp.seed,
+            "server_sharing": exp.server_sharing,
             "runs": {name: run.model_dump(mode="json", exclude_none=True) for name, run in exp.runs.items()},
         }
 

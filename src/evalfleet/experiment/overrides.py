@@ -12,7 +12,7 @@ from evalfleet.errors import UserError
 
 WHERE = "command line"
 PREFIX_ALIASES = ("experiment_cfg.",)
-EXPERIMENT_ROOTS = ("runs", "shared", "seed", "name")
+EXPERIMENT_ROOTS = ("runs", "shared", "seed", "name", "server_sharing")
 # Backend settings live under their own prefix; backends validate them (see execution/settings.py).
 BACKEND_ROOTS = ("osmo", "ray", "local")
 
@@ -46,7 +46,7 @@ def parse_override(text: str) -> Override:
     if path[0] not in EXPERIMENT_ROOTS + BACKEND_ROOTS:
         roots = ", ".join(f"{r}." for r in EXPERIMENT_ROOTS[:2] + BACKEND_ROOTS) + ", seed, name"
         raise UserError(f"override {text!r}: unknown key {path[0]!r}; keys start with {roots}", where=WHERE)
-    if path[0] in ("seed", "name") and len(path) != 1:
+    if path[0] in ("seed", "name", "server_sharing") and len(path) != 1:
         raise UserError(f"override {text!r}: {path[0]} has no sub-keys", where=WHERE)
     if path[0] in ("runs",) and len(path) < 3:
         raise UserError(f"override {text!r}: name a key inside a Run, e.g. runs.NAME.rollout_limit.num_episodes=4", where=WHERE)

@@ -187,13 +187,11 @@ def make_plan(loaded: LoadedExperiment, *, shard_size: int | None = None, worker
             continue
         for start in range(0, rp.num_episodes, size):
             shards.append(Shard(rp.name, start, min(start + size, rp.num_episodes)))
-    return Plan(loaded, runs, shards, servers_needed(runs))
+    return Plan(loaded, runs, shards, servers_needed(runs, exp.server_sharing))
 
 
-def servers_needed(runs: dict[str, RunPlan]) -> list[dict[str, Any]]:
-    """The policy servers the plan needs (one per Run whose policy type has a server binding)."""
-    try:
-        from evalfleet.serving.bindings import plan_servers
-    except ImportError:
-        return []
-    return plan_servers({name: rp.run for name, rp in runs.items()})
+def servers_needed(runs: dict[str, RunPlan], sharing: str = "per_run") -> list[dict[str, Any]]:
+    """The policy servers the plan needs (see evalfleet.serving.planning)."""
+    from evalfleet.serving.planning import plan_servers
+
+    return plan_servers({name: rp.run for name, rp in runs.items()}, sharing)

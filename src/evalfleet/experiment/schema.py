@@ -190,6 +190,9 @@ class Experiment(Strict):
     name: str = "experiment"
     seed: Int = Field(default=0, ge=0)
     runs: dict[str, Run]
+    # per_run: a policy server for every Run that needs one; per_policy: one server for all Runs
+    # whose server-side policy settings are identical (batched across them).
+    server_sharing: Literal["per_run", "per_policy"] = "per_run"
     # `shared` is merged into every Run before validation; kept for provenance only.
     shared: dict[str, Any] = Field(default_factory=dict)
 

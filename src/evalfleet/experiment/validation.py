@@ -126,3 +126,11 @@ def require_executable(runs: dict[str, Run], where: str) -> None:
                     where=where,
                     key=f"runs.{name}.{section}.type",
                 )
+        served = run.policy.options().get("serve")
+        if isinstance(served, dict) and POLICIES.get(str(served.get("type"))) is None:
+            raise UserError(
+                f"Run {name!r} serves policy type {served.get('type')!r}, which is not installed here"
+                f"{POLICIES.suggest(str(served.get('type')))}",
+                where=where,
+                key=f"runs.{name}.policy.serve.type",
+            )

@@ -78,6 +78,7 @@ def serve_command(args: argparse.Namespace) -> int:
     import yaml
 
     import evalfleet.serving  # noqa: F401 - registers the remote-client policies
+    from evalfleet.plugins import load_registries
     from evalfleet.policies.base import PolicyContext
     from evalfleet.serving.common import build_policy
     from evalfleet.serving.process import server_for
@@ -87,7 +88,7 @@ def serve_command(args: argparse.Namespace) -> int:
             importlib.import_module(module)
         except ImportError as exc:
             raise UserError(f"cannot import {module}: {exc}", where="command line", key="--import") from None
-    _load_builtin_policies()
+    load_registries()
     if not 0 <= args.port <= 65535:
         raise UserError("--port must be between 0 and 65535", where="command line", key="--port")
     if args.max_batch < 1 or args.max_wait_ms < 0 or args.max_message_mb <= 0:
@@ -146,16 +147,6 @@ def serve_command(args: argparse.Namespace) -> int:
             close()
     print(f"stopped serving on {args.host}:{server.bound_port}", flush=True)
     return 0
-
-
-def _load_builtin_policies() -> None:
-    """Import every module of `evalfleet.policies` so the built-in policies are registered."""
-    import pkgutil
-
-    import evalfleet.policies
-
-    for module in pkgutil.iter_modules(evalfleet.policies.__path__):
-        importlib.import_module(f"evalfleet.policies.{module.name}")
 
 
 def _merge(into: dict[str, Any], extra: dict[str, Any]) -> None:
