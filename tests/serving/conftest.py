@@ -27,14 +27,3 @@ def _no_proxy(monkeypatch):
     # websockets' clients honour proxy variables; loopback tests must not go through one.
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-
-
-def require_openpi_client():
-    """The openpi-client peer. Skips only outside CI; in CI a missing package is a failure."""
-    try:
-        from openpi_client import websocket_client_policy
-    except ImportError:
-        if os.environ.get("CI") == "true":
-            raise
-        pytest.skip("openpi-client is not installed (pip install --no-deps openpi-client==0.1.2)")
-    return websocket_client_policy

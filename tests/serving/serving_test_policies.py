@@ -3,6 +3,10 @@ when this folder is on PYTHONPATH)."""
 
 from __future__ import annotations
 
+import os
+
+import pytest
+
 import time
 from typing import Any
 
@@ -55,3 +59,14 @@ class ServingTestPolicy(BasePolicy):
 @POLICIES.register("serving_test", summary="test policy for the serving tests")
 def make_serving_test(options: Any, context: Any) -> ServingTestPolicy:
     return ServingTestPolicy(dict(options or {}), context)
+
+
+def require_openpi_client():
+    """The openpi-client peer. Skips only outside CI; in CI a missing package is a failure."""
+    try:
+        from openpi_client import websocket_client_policy
+    except ImportError:
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip("openpi-client is not installed (pip install --no-deps openpi-client==0.1.2)")
+    return websocket_client_policy

@@ -6,7 +6,7 @@ import threading
 import numpy as np
 import pytest
 import websockets
-from conftest import require_openpi_client
+from serving_test_policies import require_openpi_client
 from serving_test_policies import ServingTestPolicy
 from websockets.sync.client import connect
 
