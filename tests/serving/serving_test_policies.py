@@ -4,13 +4,11 @@ when this folder is on PYTHONPATH)."""
 from __future__ import annotations
 
 import os
-
-import pytest
-
 import time
 from typing import Any
 
 import numpy as np
+import pytest
 
 from evalfleet.policies.base import POLICIES, BasePolicy
 
