@@ -163,3 +163,21 @@ def test_a_run_that_never_progresses_is_marked_failed_and_the_others_finish(writ
     assert hangs["status"] == "failed" and "gave up" in hangs["reason"]
     assert hangs["success_rate"] is None
     assert "hangs" in proc.stderr and "failed" in proc.stderr
+
+
+def test_ctrl_c_stops_cleanly_and_resume_completes(reference, tmp_path):
+    path, expected = reference
+    out = tmp_path / "interrupted"
+    proc = subprocess.Popen(evalfleet_cmd("run", str(path), "--output", str(out), "--workers", "2", "--shard-size", "3",
+                                          "--no-progress"), env=plugin_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    _wait_for(lambda: _records_so_far(out) >= 3, what="a few records")
+    pids = [p for p in (_heartbeat_pid(out, w) for w in (0, 1)) if p]
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "--resume" in stderr
+    assert not any(_alive(p) for p in pids)  # the workers were stopped, not orphaned
+    assert _records_so_far(out) < 16
+    done = run_evalfleet("run", "--resume", "--output", str(out), "--no-progress")
+    assert done.returncode == 0, done.stderr
+    assert results_by_episode(out) == expected
