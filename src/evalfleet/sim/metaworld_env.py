@@ -54,6 +54,18 @@ class MetaworldEnvironment:
         free = np.flatnonzero(model.jnt_type == mujoco.mjtJoint.mjJNT_FREE)
         self._free_qpos = [int(model.jnt_qposadr[j]) for j in free]
         self._free_bodies = sorted({int(model.jnt_bodyid[j]) for j in free})
+        self._nominal_scene = {
+            name: getattr(model, name).copy()
+            for name in ("cam_pos", "cam_quat", "cam_fovy", "light_diffuse", "light_specular", "light_dir",
+                         "geom_rgba", "geom_matid")
+        }
+        self._object_geoms = np.flatnonzero(np.isin(model.geom_bodyid, self._free_bodies))
+        table = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, "tablelink")
+        self._table_geoms = np.flatnonzero(model.geom_bodyid == table) if table >= 0 else np.array([], int)
+        self._varied_camera = mujoco.mj_name2id(
+            model, mujoco.mjtObj.mjOBJ_CAMERA, options.varied_camera or options.image_camera
+        )
+        self._renderers: dict[tuple[int, int], Any] = {}  # (height, width) → OffscreenRenderer, made on first use
         self._steps = 0
         self._action_noise = 0.0
         self._obs_noise = 0.0
@@ -66,6 +78,9 @@ class MetaworldEnvironment:
         model.geom_friction[:] = self._nominal_friction
         model.body_mass[:] = self._nominal_mass
         model.body_inertia[:] = self._nominal_inertia
+        for name, nominal in self._nominal_scene.items():
+            getattr(model, name)[:] = nominal
+        self._apply_scene_variations(variations)
 
         friction = variations.get("scene.friction_scale")
         if friction is not None:
@@ -106,11 +121,82 @@ class MetaworldEnvironment:
         done = success or self._steps >= self.max_steps
         return StepResult(self._observation(obs), success, done, {"steps": self._steps})
 
+    def _apply_scene_variations(self, variations: dict[str, Any]) -> None:
+        """Camera, light and colour variations, on a model already restored to nominal."""
+        model = self.env.model
+        cam = self._varied_camera
+        value = variations.get("camera.position_offset")
+        if value is not None:
+            model.cam_pos[cam] += np.asarray(value, dtype=float)
+        value = variations.get("camera.rotation_offset")
+        if value is not None:
+            roll, pitch, yaw = np.deg2rad(np.asarray(value, dtype=float))
+            offset = np.array([1.0, 0, 0, 0])
+            for axis, angle in (((0, 1, 0), yaw), ((1, 0, 0), pitch), ((0, 0, 1), roll)):  # camera frame
+                q = np.zeros(4)
+                mujoco.mju_axisAngle2Quat(q, np.array(axis, dtype=float), float(angle))
+                mujoco.mju_mulQuat(offset, offset.copy(), q)
+            quat = np.zeros(4)
+            mujoco.mju_mulQuat(quat, model.cam_quat[cam].copy(), offset)
+            model.cam_quat[cam] = quat
+        value = variations.get("camera.fov")
+        if value is not None:
+            model.cam_fovy[cam] = float(np.clip(model.cam_fovy[cam] + float(value), 1.0, 179.0))
+        intensity = variations.get("light.intensity")
+        scale = 1.0 if intensity is None else float(intensity)
+        color = variations.get("light.color")
+        diffuse = self._nominal_scene["light_diffuse"] * scale
+        if color is not None:
+            diffuse = diffuse * np.asarray(color, dtype=float)
+        model.light_diffuse[:] = diffuse
+        model.light_specular[:] = self._nominal_scene["light_specular"] * scale
+        value = variations.get("light.direction")
+        if value is not None:
+            direction = self._nominal_scene["light_dir"] + np.asarray(value, dtype=float)
+            model.light_dir[:] = direction / np.maximum(np.linalg.norm(direction, axis=1, keepdims=True), 1e-9)
+        for key, geoms in (("object.color", self._object_geoms), ("table.color", self._table_geoms)):
+            value = variations.get(key)
+            if value is not None and len(geoms):
+                model.geom_matid[geoms] = -1
+                model.geom_rgba[geoms, :3] = np.clip(np.asarray(value, dtype=float), 0.0, 1.0)
+
+    # -- rendering -------------------------------------------------------------------------------
+    def render(self, camera: str, height: int | None = None, width: int | None = None, **kinds: bool) -> Any:
+        """Render a named camera of the current state: uint8 H×W×3, or the renderer's dict
+        ({"rgb", "depth"?, "segmentation"?}) when `depth=`/`segmentation=` keywords are given. The renderer is created on first use, in this process."""
+        default_h, default_w = self.options.image_hw()
+        size = (int(height or default_h), int(width or default_w))
+        renderer = self._renderers.get(size)
+        if renderer is None:
+            from evalfleet.sim.rendering import OffscreenRenderer
+
+            renderer = OffscreenRenderer(self.env.model, size[1], size[0], self.options.render_quality)
+            self._renderers[size] = renderer
+        out = renderer.render(self.env.data, camera, **kinds)
+        return out if kinds else out["rgb"]
+
     def _observation(self, obs: np.ndarray) -> dict[str, Any]:
         state = np.asarray(obs, dtype=np.float64)
         if self._obs_noise > 0:
             state = state + self._obs_rng.normal(0.0, self._obs_noise, size=state.shape)
-        return {"observation/state": state, "prompt": self.instruction}
+        out: dict[str, Any] = {"observation/state": state, "prompt": self.instruction}
+        opts = self.options
+        for camera in opts.cameras:
+            main = camera == opts.image_camera
+            rendered = self.render(camera, depth=main and opts.depth, segmentation=main and opts.segmentation)
+            out[f"observation/images/{camera}"] = rendered["rgb"]
+            if main:
+                out["observation/image"] = rendered["rgb"]
+                if opts.depth:
+                    out["observation/depth"] = rendered["depth"]
+                if opts.segmentation:
+                    out["observation/segmentation"] = rendered["segmentation"]
+            if camera == opts.wrist_camera:
+                out["observation/wrist_image"] = rendered["rgb"]
+        return out
 
     def close(self) -> None:
+        for renderer in self._renderers.values():
+            renderer.close()
+        self._renderers.clear()
         self.env.close()

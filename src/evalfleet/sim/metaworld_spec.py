@@ -3,9 +3,9 @@ loading an Experiment never imports MuJoCo; the adapter (sim/metaworld_env.py) l
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from evalfleet.sim.base import ENVIRONMENTS, EnvironmentInfo, VariationInfo
 
@@ -63,6 +63,8 @@ TASK_INSTRUCTIONS: dict[str, str] = {
     "window-close-v3": "slide the window closed",
 }
 MAX_STEPS = 500
+# Every Meta-World v3 task model has these cameras (`gripperPOV` and `behindGripper` ride on the hand).
+CAMERAS = ("topview", "corner", "corner2", "corner3", "corner4", "behindGripper", "gripperPOV")
 
 
 class MetaworldOptions(BaseModel):
@@ -70,6 +72,48 @@ class MetaworldOptions(BaseModel):
     task: str
     max_steps: int = Field(default=MAX_STEPS, gt=0, le=10_000)
     instruction: str | None = None  # replaces the task's built-in instruction
+    # Rendering (nothing is rendered unless `cameras` lists some): every listed camera is rendered into
+    # each observation as `observation/images/<camera>`; `image_camera` is also `observation/image` and
+    # `wrist_camera` `observation/wrist_image` (openpi keys); `depth`/`segmentation` add
+    # `observation/depth` (float32 H×W metres) / `observation/segmentation` (int32 H×W×2: object id,
+    # mjtObj type) of `image_camera`. The camera.* variations move `varied_camera` (default: image_camera).
+    cameras: list[str] = Field(default_factory=list)
+    image_camera: str = "corner"
+    wrist_camera: str = "gripperPOV"
+    varied_camera: str | None = None
+    image_size: int | tuple[int, int] = Field(default=224, description="pixels, or [height, width]")
+    render_quality: Literal["fast", "default"] = "fast"
+    depth: bool = False
+    segmentation: bool = False
+
+    @field_validator("cameras")
+    @classmethod
+    def known_cameras(cls, v: list[str]) -> list[str]:
+        for name in v:
+            _check_camera(name)
+        return v
+
+    @field_validator("image_camera", "wrist_camera", "varied_camera")
+    @classmethod
+    def known_camera(cls, v: str | None) -> str | None:
+        return v if v is None else _check_camera(v)
+
+    @field_validator("image_size")
+    @classmethod
+    def positive_size(cls, v: int | tuple[int, int]) -> int | tuple[int, int]:
+        if min(v if isinstance(v, tuple) else (v,)) < 8:
+            raise ValueError("image_size must be at least 8 pixels")
+        return v
+
+    @model_validator(mode="after")
+    def depth_needs_camera(self) -> "MetaworldOptions":
+        for flag in ("depth", "segmentation"):
+            if getattr(self, flag) and self.image_camera not in self.cameras:
+                raise ValueError(f"{flag}: true renders image_camera {self.image_camera!r}; add it to `cameras`")
+        return self
+
+    def image_hw(self) -> tuple[int, int]:
+        return (self.image_size, self.image_size) if isinstance(self.image_size, int) else tuple(self.image_size)
 
     @field_validator("task")
     @classmethod
@@ -81,6 +125,12 @@ class MetaworldOptions(BaseModel):
             hint = f"did you mean {', '.join(close)}?" if close else "see the 50 Meta-World v3 task names"
             raise ValueError(f"unknown Meta-World task {v!r}; {hint}")
         return v
+
+
+def _check_camera(name: str) -> str:
+    if name not in CAMERAS:
+        raise ValueError(f"unknown Meta-World camera {name!r}; cameras: {', '.join(CAMERAS)}")
+    return name
 
 
 VARIATIONS = {
@@ -115,6 +165,67 @@ VARIATIONS = {
             kind="vector",
             components=("x", "y", "z"),
             nominal=[0.0, 0.0, 0.0],
+        ),
+        VariationInfo(
+            "camera.position_offset",
+            "offset (metres, world frame) added to the position of the environment's `varied_camera` "
+            "(default: its image_camera)",
+            {"distribution": "uniform", "low": [-0.03, -0.03, -0.03], "high": [0.03, 0.03, 0.03]},
+            kind="vector",
+            components=("x", "y", "z"),
+            nominal=[0.0, 0.0, 0.0],
+        ),
+        VariationInfo(
+            "camera.rotation_offset",
+            "rotation (degrees) of the varied camera about its own axes: roll about the optical axis, "
+            "pitch about its horizontal axis (tilt), yaw about its vertical axis (pan)",
+            {"distribution": "uniform", "low": [-3.0, -3.0, -3.0], "high": [3.0, 3.0, 3.0]},
+            kind="vector",
+            components=("roll", "pitch", "yaw"),
+            nominal=[0.0, 0.0, 0.0],
+        ),
+        VariationInfo(
+            "camera.fov",
+            "degrees ADDED to the varied camera's nominal vertical field of view (an offset, not absolute)",
+            {"distribution": "uniform", "low": -5.0, "high": 5.0},
+        ),
+        VariationInfo(
+            "light.intensity",
+            "factor applied to the diffuse and specular strength of every light",
+            {"distribution": "uniform", "low": 0.5, "high": 1.5},
+            nominal=1.0,
+        ),
+        VariationInfo(
+            "light.direction",
+            "offset added to every light's direction vector (then renormalised)",
+            {"distribution": "uniform", "low": [-0.3, -0.3, 0.0], "high": [0.3, 0.3, 0.0]},
+            kind="vector",
+            components=("x", "y", "z"),
+            nominal=[0.0, 0.0, 0.0],
+        ),
+        VariationInfo(
+            "light.color",
+            "per-channel factor applied to every light's diffuse colour",
+            {"distribution": "uniform", "low": [0.6, 0.6, 0.6], "high": [1.0, 1.0, 1.0]},
+            kind="vector",
+            components=("r", "g", "b"),
+            nominal=[1.0, 1.0, 1.0],
+        ),
+        VariationInfo(
+            "object.color",
+            "RGB colour (0-1) given to the task objects' geoms (every free body), replacing their material",
+            {"distribution": "uniform", "low": [0.0, 0.0, 0.0], "high": [1.0, 1.0, 1.0]},
+            kind="vector",
+            components=("r", "g", "b"),
+            nominal=None,
+        ),
+        VariationInfo(
+            "table.color",
+            "RGB colour (0-1) given to the table's geoms, replacing their wood material",
+            {"distribution": "uniform", "low": [0.2, 0.2, 0.2], "high": [0.9, 0.9, 0.9]},
+            kind="vector",
+            components=("r", "g", "b"),
+            nominal=None,
         ),
     )
 }
