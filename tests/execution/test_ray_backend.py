@@ -1,0 +1,272 @@
+"""The Ray backend on real Ray: a local instance started in this process, and a cluster started separately
+with `ray start --head` on 127.0.0.1 (stopped through its own processes, never `ray stop`). Per-episode results
+must equal the local backend's; a served Run packs runner and server in one placement group."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from evalfleet_testkit import PLUGINS_DIR, ROOT, plugin_env, results_by_episode, run_evalfleet
+
+ray = pytest.importorskip("ray")
+
+pytestmark = pytest.mark.slow
+
+QUICKSTART = str(ROOT / "examples" / "quickstart.yaml")
+SMALL = ["shared.rollout_limit.num_episodes=4"]
+OBJECT_STORE = 150 * 1024 * 1024
+IGNORED = {"timestamp", "duration_s", "policy_latency_ms"}
+
+
+def part_records(out: Path) -> dict[tuple[str, int], dict]:
+    """(run, episode) → the latest record in the Run's parts, minus what depends on timing."""
+    found: dict[tuple[str, int], dict] = {}
+    for path in sorted(out.glob("*/parts/*.jsonl")):
+        for line in path.read_text().splitlines():
+            if line.strip():
+                rec = json.loads(line)
+                found[(rec["run"], rec["episode"])] = {k: v for k, v in rec.items() if k not in IGNORED}
+    return found
+
+
+@pytest.fixture(scope="module")
+def local_reference(tmp_path_factory):
+    out = tmp_path_factory.mktemp("local") / "out"
+    proc = run_evalfleet("run", QUICKSTART, *SMALL, "--output", str(out), "--workers", "2", "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def run_with_ray(out: Path, overrides=SMALL, path=QUICKSTART, *, address=None, resume=False, **kwargs):
+    """What `evalfleet run --backend ray` does: prepare OUT, run_ray, finish_runs, summarise."""
+    from rich.console import Console
+
+    from evalfleet.execution.commands import finish_runs, summarise
+    from evalfleet.execution.output_dir import prepare_output
+    from evalfleet.execution.ray_backend import run_ray
+    from evalfleet.experiment.loading import load_experiment
+    from evalfleet.experiment.plan import make_plan
+
+    loaded = load_experiment(path, overrides)
+    prepare_output(out, loaded, resume=resume)
+    results = run_ray(loaded, out, address=address, workers=2, shard_size=kwargs.pop("shard_size", None),
+                      show_progress=False, **kwargs)
+    finish_runs(make_plan(loaded, workers=2), out, results)
+    return summarise(out, Console(stderr=True, width=140)), results
+
+
+def assert_same_as_local(out: Path, local: Path) -> None:
+    ray_records, local_records = part_records(out), part_records(local)
+    assert len(local_records) == 16
+    assert ray_records == local_records
+    assert results_by_episode(out) == results_by_episode(local)
+    for run_dir in local.iterdir():
+        if (run_dir / "run_status.json").exists():
+            assert json.loads((out / run_dir.name / "run_status.json").read_text()) == \
+                json.loads((run_dir / "run_status.json").read_text())
+
+
+# ---------------------------------------------------------------------------------- a local Ray instance
+
+
+class TestLocalInstance:
+    @pytest.fixture(scope="class", autouse=True)
+    def ray_instance(self, tmp_path_factory):
+        temp = tmp_path_factory.mktemp("ray")
+        saved = dict(os.environ)
+        os.environ.update(plugin_env())  # Ray's workers (and the servers they start) inherit it
+        sys.path.insert(0, str(PLUGINS_DIR))  # and this driver loads the same plugins
+        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=OBJECT_STORE, _temp_dir=str(temp),
+                 log_to_driver=False)
+        yield
+        ray.shutdown()
+        os.environ.clear()
+        os.environ.update(saved)
+        sys.path.remove(str(PLUGINS_DIR))
+
+    def test_same_results_as_local_backend(self, tmp_path, local_reference):
+        code, results = run_with_ray(tmp_path / "out")
+        assert code == 0
+        assert all(r.result.state == "completed" and r.error is None for r in results)
+        assert_same_as_local(tmp_path / "out", local_reference)
+        assert (tmp_path / "out" / "index.html").exists()
+
+    def test_resume_runs_only_what_is_missing(self, tmp_path, local_reference):
+        """A folder whose first shard of one Run is done: the Ray backend runs the rest only."""
+        out = tmp_path / "out"
+        run_with_ray(out, shard_size=2)
+        kept = out / "push_expert" / "parts" / "000000.jsonl"
+        before = kept.read_text()
+        for path in out.glob("*/parts/*.jsonl"):
+            if path != kept:
+                path.unlink()
+        for path in out.glob("*/episode_results.jsonl"):
+            path.unlink()
+        code, _ = run_with_ray(out, resume=True, shard_size=2)
+        assert code == 0
+        assert kept.read_text() == before  # its episodes were not run again
+        assert_same_as_local(out, local_reference)
+
+    def test_served_policy_in_one_placement_group(self, tmp_path):
+        """openpi_remote serving the scripted expert: server and runner share a placement group, the server
+        is killed mid-run and restarted on its port, no episode is lost, and it is stopped at the end."""
+        from ray.util import state as ray_state
+
+        exp = tmp_path / "served.yaml"
+        exp.write_text(yaml.safe_dump({"name": "served", "seed": 0, "runs": {"reach_served": {
+            "environment": {"type": "metaworld", "task": "reach-v3"},
+            "policy": {"type": "openpi_remote", "serve": {"type": "test_slow_expert", "delay_s": 0.02}, "request_timeout_s": 10},
+            "rollout_limit": {"num_episodes": 6},
+            "max_attempts": 5,
+        }}}))
+        from evalfleet.execution import ray_backend
+
+        seen: dict = {}
+        original = ray_backend.RayRun._prepare_run
+
+        def spy(self, ray_mod, name, rp, document):
+            doc, group = original(self, ray_mod, name, rp, document)
+            seen["group"] = group
+            seen["actor"] = self.servers.get(name)
+            seen["doc"] = doc
+            return doc, group
+
+        def killer():
+            deadline = time.monotonic() + 120
+            while "actor" not in seen and time.monotonic() < deadline:
+                time.sleep(0.1)
+            actor = seen["actor"]
+            info = ray.get(actor.info.remote())
+            seen["info_before"] = info
+            # kill the server once the runner has recorded something
+            while not list((tmp_path / "out").glob("*/parts/*.jsonl")) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            os.kill(info["pid"], signal.SIGKILL)
+            seen["killed_pid"] = info["pid"]
+            while time.monotonic() < deadline:
+                try:
+                    now = ray.get(actor.info.remote(), timeout=5)
+                except Exception:  # noqa: BLE001 - the run may have ended and the actor gone
+                    return
+                if now["restarts"] >= 1:
+                    seen["info_after"] = now
+                    return
+                time.sleep(0.1)
+
+        ray_backend.RayRun._prepare_run = spy
+        thread = threading.Thread(target=killer, daemon=True)
+        thread.start()
+        try:
+            code, results = run_with_ray(tmp_path / "out", overrides=[], path=str(exp), shard_size=3)
+        finally:
+            ray_backend.RayRun._prepare_run = original
+        thread.join(30)
+        assert code == 0, [r.result for r in results]
+        records = part_records(tmp_path / "out")
+        assert sorted(ep for _, ep in records) == list(range(6))
+        assert all(r["status"] in ("success", "failure") for r in records.values())
+        # the client was wired to the server the actor started
+        wired = yaml.safe_load(seen["doc"])["runs"]["reach_served"]["policy"]
+        assert wired["port"] == seen["info_before"]["port"] and wired["host"] == seen["info_before"]["host"]
+        # server actor and every shard task ran in the Run's placement group
+        group_id = seen["group"].id.hex()
+        assert seen["info_before"]["placement_group"] == group_id
+        assert seen["info_after"]["restarts"] >= 1 and seen["info_after"]["pid"] != seen["killed_pid"]
+        tasks = [t for t in ray_state.list_tasks(filters=[("func_or_class_name", "=", "run_shard_on_worker")],
+                                                 limit=1000, detail=True) if t.placement_group_id == group_id]
+        assert len({t.task_id for t in tasks}) == 2
+        # the server process is gone and the group removed
+        with pytest.raises(ProcessLookupError):
+            os.kill(seen["info_after"]["pid"], 0)
+        assert ray.util.placement_group_table(seen["group"])["state"] == "REMOVED"
+
+
+# ---------------------------------------------------------------------------------- a separately started cluster
+
+
+def _cluster_pids(marker: str) -> set[int]:
+    """The cluster's processes: those whose command line names its private temp dir, and their descendants."""
+    procs: dict[int, tuple[int, str]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
+            ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        procs[int(entry)] = (ppid, cmd)
+    found = {pid for pid, (_, cmd) in procs.items() if marker in cmd and pid != os.getpid()}
+    grew = True
+    while grew:
+        grew = False
+        for pid, (ppid, _) in procs.items():
+            if ppid in found and pid not in found:
+                found.add(pid)
+                grew = True
+    return found
+
+
+def _stop_cluster(temp: Path) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        pids = _cluster_pids(str(temp))
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() and
+                                                  "zombie" not in _state(p) for p in pids):
+            time.sleep(0.1)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:", 1)[1].split("\n", 1)[0].lower()
+    except (OSError, IndexError):
+        return "zombie"
+
+
+class TestSeparateCluster:
+    @pytest.fixture(scope="class")
+    def cluster(self, tmp_path_factory):
+        import socket
+
+        temp = Path(tmp_path_factory.mktemp("raycluster"))
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+        old = os.environ.get("RAY_AUTH_MODE")
+        os.environ["RAY_AUTH_MODE"] = "disabled"  # the driver must match the cluster
+        ray_cli = str(Path(sys.executable).with_name("ray"))
+        try:
+            subprocess.run([ray_cli, "start", "--head", "--port", str(port), "--temp-dir", str(temp),
+                            "--num-cpus", "2", "--include-dashboard=false", "--node-ip-address", "127.0.0.1",
+                            "--object-store-memory", str(OBJECT_STORE), "--disable-usage-stats"],
+                           check=True, env=env, capture_output=True, timeout=120)
+            yield f"127.0.0.1:{port}"
+        finally:
+            _stop_cluster(temp)
+            if old is None:
+                os.environ.pop("RAY_AUTH_MODE", None)
+            else:
+                os.environ["RAY_AUTH_MODE"] = old
+
+    def test_same_results_as_local_backend(self, tmp_path, cluster, local_reference):
+        assert not ray.is_initialized()
+        code, results = run_with_ray(tmp_path / "out", address=cluster)
+        assert code == 0
+        assert not ray.is_initialized()  # run_ray disconnected the driver it connected
+        assert_same_as_local(tmp_path / "out", local_reference)
