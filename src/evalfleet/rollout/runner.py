@@ -23,6 +23,7 @@ import numpy as np
 from evalfleet.experiment.plan import EpisodeSpec, RunPlan, Shard
 from evalfleet.rollout.heartbeat import HeartbeatWriter
 from evalfleet.rollout.records import RECORDS_FILE, EpisodeRecord, RecordWriter, iter_record_dicts, latest_by_episode
+from evalfleet.rollout.video import EpisodeVideo, should_record
 
 PARTS_DIR = "parts"
 
@@ -74,6 +75,7 @@ class _Slot:
     started: float = 0.0
     latency_s: float = 0.0
     calls: int = 0
+    video: Any = None  # EpisodeVideo while this episode is being recorded
 
 
 class ShardRunner:
@@ -142,6 +144,8 @@ class ShardRunner:
         max_attempts = self.run.max_attempts
         slots = [_Slot(i, self._envs[i]) for i in range(n_envs)]
         budget_left = budget
+        recording = getattr(self.run, "recording", None)
+        run_dir = self.out_dir / self.plan.name
 
         def next_episode() -> tuple[int, int] | None:
             nonlocal next_index, budget_left
@@ -166,6 +170,9 @@ class ShardRunner:
                 try:
                     slot.observation = slot.env.reset(spec.seed, spec.variations)
                     self._policy.reset(spec.seed, slot.env_id)
+                    if should_record(recording, spec.index):
+                        slot.video = EpisodeVideo(run_dir, spec.index, recording)
+                        slot.video.add(slot.env)
                     return
                 except Exception as exc:  # noqa: BLE001 - infrastructure error, recorded and retried
                     finish(slot, error=_describe(exc))
@@ -175,6 +182,14 @@ class ShardRunner:
             spec = slot.spec
             assert spec is not None
             status = "error" if error else ("success" if success else "failure")
+            video = None
+            if slot.video is not None:
+                try:
+                    video = slot.video.close()
+                except Exception as exc:  # noqa: BLE001 - a broken video is reported, not fatal
+                    error = error or f"recording failed: {_describe(exc)}"
+                    status = "error"
+                slot.video = None
             record = EpisodeRecord(
                 run=self.plan.name,
                 task=self.plan.task,
@@ -188,6 +203,7 @@ class ShardRunner:
                 variations=spec.variations,
                 attempt=slot.attempt,
                 error=error,
+                video=video,
                 policy_latency_ms=round(1000 * slot.latency_s / slot.calls, 3) if slot.calls else None,
             )
             writer.append(record)
@@ -219,6 +235,8 @@ class ShardRunner:
                         continue
                     try:
                         result = slot.env.step(slot.queue.popleft())
+                        if slot.video is not None:
+                            slot.video.add(slot.env)
                     except Exception as exc:  # noqa: BLE001
                         finish(slot, error=_describe(exc))
                         start(slot)
