@@ -1,0 +1,537 @@
+"""OSMO backend: an Experiment → one or more OSMO (version 2) workflow specs, and their submission.
+
+Shape of a rendered workflow (see docs/cluster.md)::
+
+    workflow:
+      name: <osmo.workflow_name or the Experiment's name>[-partN]
+      resources: {default: <osmo.* profile>, collect: <small CPU profile>}
+      timeout: {exec_timeout, queue_timeout}          # only when set
+      groups:
+      - name: run-<run>                               # one group per Run
+        tasks:
+        - name: runner-<run>   lead: true             # watchdog → runner on a one-Run experiment file
+        - name: server-<run>                          # only for a policy whose binding needs a server
+      - name: collect-group                           # last: takes every runner as input
+        tasks:
+        - name: collect        inputs: [{task: runner-<run>}, ...]
+
+* The runner task gets its single-Run experiment (`LoadedExperiment.resolved_document()` restricted to the
+  Run, the client wired to `{{host:server-<run>}}` and the binding's port) and its script in `files`. It
+  waits for the server's port, runs ``evalfleet watchdog -- evalfleet runner ...`` into ``{{output}}``,
+  writes ``<run>/run_status.json`` (failed + reason when the watchdog gave up) and always exits 0, so the
+  collect task runs even when a Run failed. Exit 3006 (OSMO's FAILED_PREEMPTED) is rescheduled.
+* The server task runs the binding's `ServerCommand.shell()` bound to 0.0.0.0 on the binding's port.
+* The collect task runs ``evalfleet collect {{input:0}} ... --output <osmo.output_url>`` (``{{workflow_id}}``
+  is left for OSMO to fill in); without `osmo.output_url` it collects into its own ``{{output}}``.
+* Every value placed in a shell line goes through `shlex.quote`; a user value containing ``{{`` is refused,
+  because OSMO would read it as one of its tokens.
+* Before anything is rendered: servers that need different pools or platforms, or an `osmo.*` profile that
+  falls short of what a server binding needs (GPUs, CPUs, memory, platform), are a UserError (exit 2).
+* An Experiment needing more than `osmo.max_tasks` tasks is split into several workflows, each a complete
+  workflow with its own collect task (Runs are packed in file order). With a split, `osmo.output_url` must
+  contain ``{{workflow_id}}`` so the parts land in separate folders; merge them with
+  ``evalfleet collect URL1 URL2 ... --output DIR``.
+
+`submit_workflows(...)` writes each spec to a file and runs ``osmo workflow submit FILE -t json`` (plus
+``--pool``/``--priority`` from the settings) and reads the workflow ID from the JSON answer (its ``name``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from evalfleet.errors import UserError
+from evalfleet.execution.settings import OSMO_NAME, OSMO_NAME_MAX, OsmoSettings, backend_settings
+
+WHERE = "command line"
+TASK_DIR = "/tmp/evalfleet"  # where a task's files are mounted (OSMO forbids paths under /osmo)
+PREEMPTED_EXIT = "3006"  # OSMO ExitCode.FAILED_PREEMPTED
+SERVER_WAIT_S = 1800  # how long a runner waits for its server's port before starting anyway
+COLLECT_RESOURCE = {"cpu": 2, "gpu": 0, "memory": "8Gi"}
+TOKEN = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
+INSTALL_HINT = ("the `osmo` CLI is not on PATH: install it and log in (OSMO user guide → Getting Started → "
+                "Install the CLI, then `osmo login <service URL>`), or preview with --dry-run")
+
+
+@dataclass
+class RunPlacement:
+    run: str
+    group: str
+    runner: str
+    server: str | None
+    needs: Any = None  # ServerResources of the server, if any
+    server_pool: str | None = None
+    server_platform: str | None = None
+
+    @property
+    def tasks(self) -> int:
+        return 2 if self.server else 1
+
+
+@dataclass
+class RenderedWorkflow:
+    name: str
+    runs: list[str]
+    spec: dict[str, Any] = field(default_factory=dict)
+
+    def to_yaml(self) -> str:
+        return yaml.dump(self.spec, Dumper=_BlockDumper, sort_keys=False, width=10**9, allow_unicode=True)
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line strings (scripts, embedded files) as `|` blocks, so a dry-run reads like the files."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value and not any(line != line.rstrip() for line in value.splitlines()) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_BlockDumper.add_representer(str, _represent_str)
+
+
+# ============================================================================ names
+
+
+def _canonical(name: str) -> str:
+    """OSMO compares names ignoring case and treating '-' and '_' alike."""
+    return name.lower().replace("_", "-")
+
+
+def _slug(text: str, limit: int = 40) -> str:
+    s = re.sub(r"[^A-Za-z0-9_-]+", "-", text)[:limit].strip("-_")
+    return s or "x"
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:6]
+
+
+def task_names(runs: list[str]) -> dict[str, str]:
+    """Run → a slug usable in OSMO names, unique under OSMO's comparison (case, '-'/'_')."""
+    out: dict[str, str] = {}
+    seen: set[str] = set()
+    for run in runs:
+        slug = _slug(run)
+        if _canonical(slug) in seen:
+            slug = f"{_slug(run, 33)}-{_short_hash(run)}"
+        seen.add(_canonical(slug))
+        out[run] = slug
+    return out
+
+
+def workflow_base_name(settings: OsmoSettings, experiment_name: str) -> str:
+    if settings.workflow_name:
+        return settings.workflow_name
+    name = _slug(experiment_name, OSMO_NAME_MAX - 12)
+    if not name[0].isalpha():
+        name = f"e-{name}"[: OSMO_NAME_MAX - 12].rstrip("-_")
+    assert OSMO_NAME.match(name), name
+    return name
+
+
+# ============================================================================ checks
+
+
+def _server_constraint(options: dict[str, Any], key: str) -> str | None:
+    """A server's own pool/platform, from its policy options (`server:` or `server_resources:`)."""
+    for section in ("server", "server_resources"):
+        value = (options.get(section) or {}).get(key) if isinstance(options.get(section), dict) else None
+        if value:
+            return str(value)
+    return None
+
+
+def placements(loaded: Any) -> list[RunPlacement]:
+    from evalfleet.serving.bindings import binding_for, needs_server
+
+    names = task_names(list(loaded.experiment.runs))
+    out = []
+    for run_name, run in loaded.experiment.runs.items():
+        slug = names[run_name]
+        options = run.policy.options()
+        p = RunPlacement(run_name, f"run-{slug}", f"runner-{slug}", None)
+        if needs_server(run.policy.type, options):
+            binding = binding_for(run.policy.type)
+            p.server = f"server-{slug}"
+            p.needs = binding.resources(options)
+            p.server_pool = _server_constraint(options, "pool")
+            p.server_platform = _server_constraint(options, "platform")
+        out.append(p)
+    return out
+
+
+def check_resources(places: list[RunPlacement], settings: OsmoSettings, given: dict[str, Any]) -> None:
+    """Fail before rendering when servers disagree on pool/platform or the profile is too small."""
+    for key in ("pool", "platform"):
+        wanted = [(p.run, getattr(p, f"server_{key}")) for p in places if getattr(p, f"server_{key}")]
+        explicit = getattr(settings, key)
+        for run, value in wanted:
+            if explicit is not None and value != explicit:
+                raise UserError(f"osmo.{key}={explicit} but Run {run!r}'s server needs {key} {value!r}; drop the"
+                                f" override or set osmo.{key}={value}", where=WHERE, key=f"osmo.{key}")
+            first_run, first = wanted[0]
+            if value != first:
+                raise UserError(f"the servers of Runs {first_run!r} and {run!r} need different {key}s ({first!r} vs"
+                                f" {value!r}); one workflow runs in one {key}: submit them separately",
+                                key=f"runs.{run}.policy")
+    memory = settings.memory_gib()
+    for p in places:
+        if p.needs is None:
+            continue
+        shortfalls = []
+        if settings.gpus < p.needs.gpus:
+            shortfalls.append(("gpus", f"{p.needs.gpus} GPU(s)", f"osmo.gpus={settings.gpus}", str(p.needs.gpus)))
+        if settings.cpus < p.needs.cpus:
+            shortfalls.append(("cpus", f"{p.needs.cpus:g} CPUs", f"osmo.cpus={settings.cpus}",
+                               str(int(-(-p.needs.cpus // 1)))))
+        if memory + 1e-9 < p.needs.memory_gb:
+            shortfalls.append(("memory", f"{p.needs.memory_gb:g}Gi of memory", f"osmo.memory={settings.memory}",
+                               f"{int(-(-p.needs.memory_gb // 1))}Gi"))
+        if shortfalls:
+            key, need, have, fix = shortfalls[0]
+            origin = "given on the command line" if key in given else "the default"
+            raise UserError(f"Run {p.run!r}'s policy server needs {need} but {have} ({origin}); set"
+                            f" osmo.{key}={fix} or more", where=WHERE, key=f"osmo.{key}")
+
+
+def _check_no_tokens(text: str, where_key: str) -> None:
+    m = TOKEN.search(text)
+    if m:
+        raise UserError(f"the value {m.group(0)!r} would be read by OSMO as one of its {{{{...}}}} tokens; remove"
+                        " the double braces", where=WHERE, key=where_key)
+
+
+def _scan_values(node: Any, key: str) -> None:
+    if isinstance(node, dict):
+        for k, v in node.items():
+            _check_no_tokens(str(k), f"{key}.{k}")
+            _scan_values(v, f"{key}.{k}")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            _scan_values(v, f"{key}.{i}")
+    elif isinstance(node, str):
+        _check_no_tokens(node, key)
+
+
+# ============================================================================ rendering
+
+
+def run_document(loaded: Any, run: str, policy: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The single-Run experiment a runner task runs: the resolved Experiment restricted to `run`."""
+    doc = loaded.resolved_document()
+    run_doc = doc["runs"][run]
+    if policy is not None:
+        run_doc = {**run_doc, "policy": policy}
+    return {"name": doc["name"], "seed": doc["seed"], "runs": {run: run_doc}}
+
+
+def runner_script(run: str, task: str, policy: str, planned: int | None, server_host: str | None,
+                  server_port: int | None) -> str:
+    q = shlex.quote
+    out = "{{output}}"
+    lines = [
+        "#!/bin/bash",
+        "# evalfleet runner task: watchdog → runner; always exits 0 and leaves <run>/run_status.json.",
+        "set -u",
+        f"OUT={out}",
+        f"EXP={q(TASK_DIR + '/experiment.yaml')}",
+        f"RUN={q(run)}",
+    ]
+    if server_host is not None:
+        lines += [
+            f"SERVER_HOST={q(server_host)}",
+            f"SERVER_PORT={q(str(server_port))}",
+            f"for _ in $(seq {SERVER_WAIT_S // 2}); do",
+            '  (exec 3<>"/dev/tcp/$SERVER_HOST/$SERVER_PORT") 2>/dev/null && break',
+            "  sleep 2",
+            "done",
+        ]
+    lines += [
+        f"evalfleet watchdog --heartbeat {q(TASK_DIR + '/heartbeat.json')}"
+        f" --status-file {q(TASK_DIR + '/watchdog_status.json')} -- evalfleet runner \"$EXP\" --output \"$OUT\"",
+        "RC=$?",
+        "python -m evalfleet.execution.osmo finish-run --output \"$OUT\" --run \"$RUN\" --exit-code \"$RC\""
+        f" --task {q(task)} --policy {q(policy)}"
+        + (f" --planned {int(planned)}" if planned is not None else "")
+        + f" --watchdog-status {q(TASK_DIR + '/watchdog_status.json')}",
+        "exit 0",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _resource(settings: OsmoSettings) -> dict[str, Any]:
+    res: dict[str, Any] = {"cpu": settings.cpus, "gpu": settings.gpus, "memory": settings.memory,
+                           "storage": settings.storage}
+    if settings.platform:
+        res["platform"] = settings.platform
+    return res
+
+
+def _platform(settings: OsmoSettings, places: list[RunPlacement]) -> str | None:
+    return settings.platform or next((p.server_platform for p in places if p.server_platform), None)
+
+
+def render_group(loaded: Any, p: RunPlacement, settings: OsmoSettings) -> dict[str, Any]:
+    from evalfleet.experiment.plan import run_plan
+    from evalfleet.serving.bindings import binding_for
+
+    run = loaded.experiment.runs[p.run]
+    rp = run_plan(p.run, run, loaded.experiment.seed)
+    _scan_values(run_document(loaded, p.run)["runs"], "runs")
+    policy = run.model_dump(mode="json", exclude_none=True)["policy"]
+    host = port = None
+    tasks: list[dict[str, Any]] = []
+    server_task = None
+    if p.server:
+        binding = binding_for(run.policy.type)
+        host, port = f"{{{{host:{p.server}}}}}", binding.default_port
+        policy = binding.wire_client(policy, host, port)
+        command = binding.command(run.policy.options(), "0.0.0.0", port, _policy_context(loaded, p.run))
+        lines = ["#!/bin/bash", "set -u"]
+        if command.cwd:
+            lines.append(f"cd {shlex.quote(command.cwd)}")
+        # `env` so that the binding's environment assignments can follow `exec`.
+        lines.append(f"exec env {dataclasses.replace(command, cwd=None).shell()}")
+        serve = "\n".join([*lines, ""])
+        server_task = {
+            "name": p.server,
+            "image": command.image or settings.image,
+            "command": ["bash", f"{TASK_DIR}/serve.sh"],
+            "files": [{"path": f"{TASK_DIR}/serve.sh", "contents": serve}],
+            "resource": "default",
+            "exitActions": {"RESCHEDULE": PREEMPTED_EXIT},
+        }
+    document = run_document(loaded, p.run, policy)
+    experiment_yaml = yaml.safe_dump(document, sort_keys=False, width=10**9, allow_unicode=True)
+    script = runner_script(p.run, rp.task, rp.policy, rp.num_episodes, host, port)
+    tasks.append({
+        "name": p.runner,
+        "lead": True,
+        "image": settings.image,
+        "command": ["bash", f"{TASK_DIR}/run.sh"],
+        "files": [{"path": f"{TASK_DIR}/run.sh", "contents": script},
+                  {"path": f"{TASK_DIR}/experiment.yaml", "contents": experiment_yaml}],
+        "resource": "default",
+        "exitActions": {"RESCHEDULE": PREEMPTED_EXIT},
+    })
+    if server_task:
+        tasks.append(server_task)
+    return {"name": p.group, "tasks": tasks}
+
+
+def _policy_context(loaded: Any, run: str) -> Any:
+    """The PolicyContext the server gets on its command line (as the local backend builds it)."""
+    from evalfleet.experiment.plan import run_plan
+    from evalfleet.serving.planning import policy_context
+
+    r = loaded.experiment.runs[run]
+    return policy_context(run, r, run_plan(run, r, loaded.experiment.seed).base_seed)
+
+
+def collect_group(runners: list[str], settings: OsmoSettings, experiment_yaml: str) -> dict[str, Any]:
+    q = shlex.quote
+    output = settings.output_url or "{{output}}/collected"
+    sources = " ".join(f"{{{{input:{i}}}}}" for i in range(len(runners)))
+    script = "\n".join([
+        "#!/bin/bash",
+        "# evalfleet collect task: merge every Run's logs and upload the report.",
+        "set -eu",
+        f"evalfleet collect {q(TASK_DIR + '/experiment')} {sources} --output {q(output)}",
+        "",
+    ])
+    return {"name": "collect-group", "tasks": [{
+        "name": "collect",
+        "lead": True,
+        "image": settings.image,
+        "command": ["bash", f"{TASK_DIR}/collect.sh"],
+        "files": [{"path": f"{TASK_DIR}/collect.sh", "contents": script},
+                  {"path": f"{TASK_DIR}/experiment/experiment.yaml", "contents": experiment_yaml}],
+        "inputs": [{"task": r} for r in runners],
+        "resource": "collect",
+    }]}
+
+
+def split(places: list[RunPlacement], max_tasks: int) -> list[list[RunPlacement]]:
+    """Pack Run groups in order into workflows of at most `max_tasks` tasks, one collect task each."""
+    parts: list[list[RunPlacement]] = [[]]
+    used = 1  # the collect task
+    for p in places:
+        if parts[-1] and used + p.tasks > max_tasks:
+            parts.append([])
+            used = 1
+        parts[-1].append(p)
+        used += p.tasks
+    return parts
+
+
+def render_workflows(loaded: Any, settings: OsmoSettings | None = None) -> list[RenderedWorkflow]:
+    """Every workflow the Experiment needs (one unless it has more than osmo.max_tasks tasks)."""
+    given = (loaded.backend_settings or {}).get("osmo") or {}
+    settings = settings or backend_settings("osmo", loaded.backend_settings)
+    assert isinstance(settings, OsmoSettings)
+    places = placements(loaded)
+    check_resources(places, settings, given)
+    if settings.output_url:
+        bad = [t for t in TOKEN.findall(settings.output_url) if t != "workflow_id"]
+        if bad:
+            raise UserError(f"osmo.output_url may hold only the {{{{workflow_id}}}} token, not {{{{{bad[0]}}}}}",
+                            where=WHERE, key="osmo.output_url")
+    parts = split(places, settings.max_tasks)
+    if len(parts) > 1 and settings.output_url and "workflow_id" not in TOKEN.findall(settings.output_url):
+        raise UserError(f"the Experiment is split into {len(parts)} workflows (more than osmo.max_tasks="
+                        f"{settings.max_tasks} tasks) and every part uploads to osmo.output_url: keep"
+                        " {{workflow_id}} in it so the parts do not overwrite each other", where=WHERE,
+                        key="osmo.output_url")
+    base = workflow_base_name(settings, loaded.experiment.name)
+    platform = _platform(settings, places)
+    resources = {"default": _resource(settings),
+                 "collect": {**COLLECT_RESOURCE, "storage": settings.storage}}
+    if platform:
+        resources["default"]["platform"] = platform
+        resources["collect"]["platform"] = platform
+    timeout = {k: getattr(settings, k) for k in ("exec_timeout", "queue_timeout") if getattr(settings, k)}
+    out = []
+    for i, part in enumerate(parts, 1):
+        name = base if len(parts) == 1 else f"{base}-part{i}"
+        part_doc = loaded.resolved_document()
+        part_doc["runs"] = {p.run: part_doc["runs"][p.run] for p in part}
+        full_yaml = yaml.safe_dump(part_doc, sort_keys=False, width=10**9, allow_unicode=True)
+        groups = [render_group(loaded, p, settings) for p in part]
+        groups.append(collect_group([p.runner for p in part], settings, full_yaml))
+        workflow: dict[str, Any] = {"name": name, "resources": resources}
+        if timeout:
+            workflow["timeout"] = timeout
+        workflow["groups"] = groups
+        out.append(RenderedWorkflow(name, [p.run for p in part], {"workflow": workflow}))
+    return out
+
+
+# ============================================================================ submission
+
+
+@dataclass
+class Submitted:
+    file: str
+    workflow_id: str
+    overview: str | None = None
+
+
+def osmo_executable() -> str:
+    exe = shutil.which("osmo")
+    if exe is None:
+        raise UserError(INSTALL_HINT, where=WHERE)
+    return exe
+
+
+def submit_command(exe: str, path: str, settings: OsmoSettings) -> list[str]:
+    argv = [exe, "workflow", "submit", path, "-t", "json"]
+    if settings.pool:
+        argv += ["--pool", settings.pool]
+    if settings.priority != "NORMAL":
+        argv += ["--priority", settings.priority]
+    return argv
+
+
+def parse_submit_answer(stdout: str) -> dict[str, Any]:
+    """The JSON object `osmo workflow submit -t json` prints (possibly after log lines)."""
+    start = stdout.find("{")
+    if start < 0:
+        raise ValueError("no JSON object in the answer")
+    answer, _ = json.JSONDecoder().raw_decode(stdout[start:])
+    if not isinstance(answer, dict) or not isinstance(answer.get("name"), str):
+        raise ValueError("the JSON answer has no workflow `name`")
+    return answer
+
+
+def write_workflows(workflows: list[RenderedWorkflow], folder: Path) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for wf in workflows:
+        path = folder / f"{wf.name}.yaml"
+        path.write_text(wf.to_yaml(), encoding="utf-8")
+        paths.append(path)
+    return paths
+
+
+class SubmissionError(Exception):
+    def __init__(self, message: str, submitted: list[Submitted]):
+        super().__init__(message)
+        self.submitted = submitted
+
+
+def submit_workflows(paths: list[Path], settings: OsmoSettings) -> list[Submitted]:
+    exe = osmo_executable()
+    done: list[Submitted] = []
+    for path in paths:
+        argv = submit_command(exe, str(path), settings)
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        if proc.returncode != 0:
+            detail = (proc.stderr.strip() or proc.stdout.strip() or f"exit code {proc.returncode}").splitlines()[-1]
+            raise SubmissionError(f"osmo workflow submit {path} failed: {detail}", done)
+        try:
+            answer = parse_submit_answer(proc.stdout)
+        except ValueError as exc:
+            raise SubmissionError(f"osmo workflow submit {path}: cannot read the workflow ID ({exc});"
+                                  f" it printed: {proc.stdout.strip()[:200]!r}", done) from None
+        done.append(Submitted(str(path), answer["name"], answer.get("overview")))
+    return done
+
+
+# ============================================================================ inside a runner task
+
+
+def finish_run(output: Path, run: str, exit_code: int, *, task: str | None = None, policy: str | None = None,
+               planned: int | None = None, watchdog_status: Path | None = None) -> dict[str, Any]:
+    """Write `<output>/<run>/run_status.json` after the watchdog returned `exit_code`."""
+    from evalfleet.execution.output_dir import write_run_status
+
+    reason = None
+    if exit_code != 0:
+        detail = None
+        if watchdog_status is not None:
+            try:
+                detail = json.loads(watchdog_status.read_text()).get("reason")
+            except (OSError, ValueError, AttributeError):
+                detail = None
+        reason = f"watchdog gave up (exit code {exit_code})" + (f": {detail}" if detail else "")
+    fields = {"run": run, "task": task, "policy": policy, "planned_episodes": planned,
+              "state": "completed" if exit_code == 0 else "failed", "reason": reason}
+    (output / run).mkdir(parents=True, exist_ok=True)
+    write_run_status(output, run, **fields)
+    return fields
+
+
+def _main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m evalfleet.execution.osmo")
+    sub = parser.add_subparsers(dest="action", required=True)
+    f = sub.add_parser("finish-run", help="write <output>/<run>/run_status.json (inside a runner task)")
+    f.add_argument("--output", required=True)
+    f.add_argument("--run", required=True)
+    f.add_argument("--exit-code", type=int, required=True)
+    f.add_argument("--task")
+    f.add_argument("--policy")
+    f.add_argument("--planned", type=int)
+    f.add_argument("--watchdog-status")
+    args = parser.parse_args(argv)
+    finish_run(Path(args.output), args.run, args.exit_code, task=args.task, policy=args.policy,
+               planned=args.planned, watchdog_status=Path(args.watchdog_status) if args.watchdog_status else None)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())

@@ -1,0 +1,143 @@
+"""Backend settings: the `osmo.*` (and `ray.*`) keys given on the command line, typed and with defaults.
+
+Overrides whose first segment is a backend root (`osmo.pool=...`) never touch the Experiment; the loader
+collects them into `LoadedExperiment.backend_settings` (``{"osmo": {"pool": ...}}``) and the backend reads
+them through `backend_settings(...)`. `evalfleet overrides` / `--list-overrides` prints every setting of every
+registered backend with its effective value through `backend_setting_leaves(...)`.
+
+A backend registers its pydantic model in `BACKEND_SETTINGS` (root → model class). Unknown keys under a
+registered root are a UserError (exit 2) naming the nearest valid key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from evalfleet.errors import UserError
+
+WHERE = "command line"
+
+# OSMO's name rule (NVIDIA/OSMO src/utils/job/common.py NAMEREGEX): a letter first, then letters, digits,
+# '-' or '_', not ending in '-' or '_'; Kubernetes caps object names at 63 characters.
+OSMO_NAME = re.compile(r"^[A-Za-z]([A-Za-z0-9_-]*[A-Za-z0-9])?$")
+OSMO_NAME_MAX = 63
+# Kubernetes quantities as OSMO takes them for memory and storage: binary units.
+QUANTITY = re.compile(r"^(\d+(\.\d+)?)(Ki|Mi|Gi|Ti)$")
+# A duration OSMO accepts for timeouts: seconds, or 1d2h30m10s-style.
+DURATION = re.compile(r"^(\d+d)?(\d+h)?(\d+m)?(\d+s)?$")
+
+
+class OsmoSettings(BaseModel):
+    """`osmo.*`: how an Experiment becomes OSMO workflows. Resources apply to every runner and server
+    task (one profile per Run, as in Arena); the collect task gets a small CPU profile."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    workflow_name: str | None = Field(default=None, description="workflow name; null: the Experiment's name")
+    pool: str | None = Field(default=None, description="target pool; null: the OSMO profile's default pool")
+    platform: str | None = Field(default=None, description="platform of every task; null: the pool's default")
+    gpus: int = Field(default=1, ge=0, description="GPUs per runner and per server task")
+    cpus: int = Field(default=15, gt=0, description="CPU cores per runner and per server task")
+    memory: str = Field(default="128Gi", description="memory per runner and per server task")
+    storage: str = Field(default="200Gi", description="disk per task")
+    output_url: str | None = Field(default=None, description="where collect uploads (keep {{workflow_id}})")
+    priority: Literal["HIGH", "NORMAL", "LOW"] = "NORMAL"
+    exec_timeout: str | None = Field(default=None, description="e.g. 12h; null: the pool's default")
+    queue_timeout: str | None = Field(default=None, description="e.g. 2d; null: the pool's default")
+    image: str = Field(default="evalfleet:latest", description="container image with evalfleet installed")
+    max_tasks: int = Field(default=20, ge=3, description="most tasks in one workflow; more are split")
+
+    @field_validator("priority", mode="before")
+    @classmethod
+    def upper(cls, v: Any) -> Any:
+        return v.upper() if isinstance(v, str) else v
+
+    @field_validator("memory", "storage")
+    @classmethod
+    def quantity(cls, v: str) -> str:
+        if not QUANTITY.match(str(v)):
+            raise ValueError(f"{v!r} is not a size in binary units, e.g. 64Gi or 512Mi")
+        return v
+
+    @field_validator("exec_timeout", "queue_timeout", mode="before")
+    @classmethod
+    def duration(cls, v: Any) -> Any:
+        if v is None:
+            return v
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return f"{v}s"
+        if not isinstance(v, str) or not v or not DURATION.match(v):
+            raise ValueError(f"{v!r} is not a duration, e.g. 12h, 90m or 1d12h")
+        return v
+
+    @field_validator("workflow_name")
+    @classmethod
+    def osmo_name(cls, v: str | None) -> str | None:
+        if v is not None and (not OSMO_NAME.match(v) or len(v) > OSMO_NAME_MAX - 12):
+            raise ValueError(f"{v!r} is not an OSMO name: start with a letter, use letters, digits, '-' and '_',"
+                             f" end with a letter or digit, at most {OSMO_NAME_MAX - 12} characters")
+        return v
+
+    @field_validator("pool", "platform", "image", "output_url")
+    @classmethod
+    def non_empty(cls, v: str | None) -> str | None:
+        if v is not None and not str(v).strip():
+            raise ValueError("must not be empty (leave it out for the default)")
+        return v
+
+    def memory_gib(self) -> float:
+        return quantity_gib(self.memory)
+
+
+def quantity_gib(text: str) -> float:
+    m = QUANTITY.match(text)
+    if not m:
+        raise ValueError(text)
+    scale = {"Ki": 1 / 1024**2, "Mi": 1 / 1024, "Gi": 1.0, "Ti": 1024.0}[m.group(3)]
+    return float(m.group(1)) * scale
+
+
+# Backend root → settings model. The Ray backend adds "ray" here.
+BACKEND_SETTINGS: dict[str, type[BaseModel]] = {"osmo": OsmoSettings}
+
+
+def backend_settings(root: str, settings: dict[str, Any] | None) -> BaseModel:
+    """The typed settings of one backend (defaults merged with the overrides given under `root.`)."""
+    model = BACKEND_SETTINGS[root]
+    given = (settings or {}).get(root, {})
+    if not isinstance(given, dict):
+        raise UserError(f"`{root}` takes sub-keys, e.g. {root}.{next(iter(model.model_fields))}=VALUE", where=WHERE,
+                        key=root)
+    for key, value in given.items():
+        if key not in model.model_fields:
+            close = difflib.get_close_matches(key, list(model.model_fields), n=3, cutoff=0.5)
+            hint = f"did you mean {', '.join(f'{root}.{c}' for c in close)}?" if close else \
+                f"valid keys: {', '.join(f'{root}.{k}' for k in model.model_fields)}"
+            raise UserError(f"unknown key {root}.{key}; {hint}", where=WHERE, key=f"{root}.{key}")
+        if isinstance(value, dict):
+            raise UserError(f"{root}.{key} has no sub-keys; set it directly: {root}.{key}=VALUE", where=WHERE,
+                            key=f"{root}.{key}")
+    try:
+        return model.model_validate(given)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join([root, *(str(p) for p in err["loc"])])
+        msg = err["msg"].removeprefix("Value error, ")
+        if "input" in err and not isinstance(err["input"], dict) and err["type"] != "value_error":
+            msg = f"{msg} (got {err['input']!r})"
+        raise UserError(msg, where=WHERE, key=key) from None
+
+
+def backend_setting_leaves(settings: dict[str, Any] | None) -> list[str]:
+    """`root.key=value` for every setting of every registered backend, with its effective value."""
+    from evalfleet.experiment.overrides import format_value
+
+    lines: list[str] = []
+    for root in BACKEND_SETTINGS:
+        values = backend_settings(root, settings).model_dump(mode="json")
+        lines.extend(f"{root}.{key}={format_value(value)}" for key, value in values.items())
+    return lines
