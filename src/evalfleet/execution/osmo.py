@@ -510,7 +510,7 @@ def finish_run(output: Path, run: str, exit_code: int, *, task: str | None = Non
     fields = {"run": run, "task": task, "policy": policy, "planned_episodes": planned,
               "state": "completed" if exit_code == 0 else "failed", "reason": reason}
     (output / run).mkdir(parents=True, exist_ok=True)
-    write_run_status(output, run, **fields)
+    write_run_status(output, run, **{k: v for k, v in fields.items() if k != "run"})
     return fields
 
 
