@@ -93,6 +93,9 @@ class MetaworldEnvironment:
 
         self.env.seed(int(seed))
         obs, _ = self.env.reset()
+        # Meta-World moves the goal site in the model after its last forward pass: refresh the derived
+        # positions (physics-neutral) so the first rendered frame shows this episode's goal.
+        mujoco.mj_forward(self.env.model, self.env.data)
         offset = variations.get("object.position_noise")
         if offset is not None and self._free_qpos:
             data = self.env.data
