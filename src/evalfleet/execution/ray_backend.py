@@ -132,7 +132,8 @@ class RayRun:
     stop: threading.Event = dataclasses.field(default_factory=threading.Event)
     results: list[WorkerResult] = dataclasses.field(default_factory=list)
     crash: BaseException | None = None
-    servers: dict[str, Any] = dataclasses.field(default_factory=dict)  # Run → _PolicyServer actor
+    servers: dict[str, Any] = dataclasses.field(default_factory=dict)  # Run → PolicyServer actor
+    placements: dict[tuple[str, str], Any] = dataclasses.field(default_factory=dict)  # shard → placement group id
 
     def execute(self) -> None:
         try:
@@ -180,6 +181,7 @@ class RayRun:
                     try:
                         answer = ray.get(ref)
                         result.result = WatchdogResult(**answer["watchdog"])
+                        self.placements[(shard.run, shard.id)] = answer.get("placement_group")
                         if answer.get("log_tail") and result.result.state != "completed":
                             _append(internal / f"ray-{shard.run}-{shard.id}.log", answer["log_tail"])
                     except Exception as exc:  # noqa: BLE001 - a task that failed for good fails its Run
@@ -369,7 +371,9 @@ def run_shard_on_worker(document: str, run: str, start: int, stop: int | None, s
                 log_tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-40:]) + "\n"
             except OSError:
                 pass
-        return {"watchdog": dataclasses.asdict(result), "log_tail": log_tail}
+        context = ray.get_runtime_context()
+        return {"watchdog": dataclasses.asdict(result), "log_tail": log_tail, "node": context.get_node_id(),
+                "placement_group": context.get_placement_group_id()}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -429,25 +433,17 @@ class PolicyServer:
         return code
 
 
-_REMOTES: dict[str, Any] = {}
-
-
+# Made per run, not cached: a remote class or function made for one Ray session does not outlive it.
 def _sink_class(ray: Any) -> Any:
-    if "sink" not in _REMOTES:
-        _REMOTES["sink"] = ray.remote(num_cpus=0)(RecordSink)
-    return _REMOTES["sink"]
+    return ray.remote(num_cpus=0)(RecordSink)
 
 
 def _server_class(ray: Any) -> Any:
-    if "server" not in _REMOTES:
-        _REMOTES["server"] = ray.remote(max_restarts=0)(PolicyServer)
-    return _REMOTES["server"]
+    return ray.remote(max_restarts=0)(PolicyServer)
 
 
 def _shard_task(ray: Any) -> Any:
-    if "task" not in _REMOTES:
-        _REMOTES["task"] = ray.remote(num_cpus=1, max_retries=SHARD_TASK_RETRIES)(run_shard_on_worker)
-    return _REMOTES["task"]
+    return ray.remote(num_cpus=1, max_retries=SHARD_TASK_RETRIES)(run_shard_on_worker)
 
 
 # ------------------------------------------------------------------------------------------ Ray Jobs
