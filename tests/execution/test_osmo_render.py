@@ -3,6 +3,7 @@ checks before rendering, and the osmo.* settings."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -229,3 +230,28 @@ def test_overrides_command_lists_osmo_settings_and_they_round_trip():
 def test_submit_list_overrides():
     proc = dry_run(QUICKSTART, extra=("--list-overrides",))
     assert proc.returncode == 0 and "osmo.max_tasks=20" in proc.stdout and "runs.push_expert." in proc.stdout
+
+
+def test_server_requirement_is_checked_after_run_overrides(write_experiment):
+    served = {"environment": {"type": "metaworld", "task": "push-v3"}, "rollout_limit": {"num_episodes": 2},
+              "policy": {"type": "openpi_remote", "serve": {"type": "metaworld_expert"},
+                         "server_resources": {"gpus": 2, "memory_gb": 8}}}
+    path = write_experiment({"served": served})
+    with pytest.raises(UserError, match="2 GPU") as err:
+        render(path, "osmo.gpus=1")
+    assert err.value.key == "osmo.gpus"
+    _, [wf] = render(path, "osmo.gpus=1", "runs.served.policy.server_resources.gpus=1")
+    validate_workflow(wf.spec)
+    with pytest.raises(UserError, match="osmo.memory"):
+        render(path, "runs.served.policy.server_resources.gpus=0", "runs.served.policy.server_resources.memory_gb=300")
+
+
+def test_makespan_bench_prints_its_table_as_json():
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "cluster_makespan.py"), "--gpus", "8", "16"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    table = json.loads(proc.stdout)
+    assert table["workload"]["episodes"] == 4000 and set(table["by_gpus"]) == {"8", "16"}
+    for row in table["by_gpus"].values():
+        for scheme in ("arena", "evalfleet"):
+            assert row[scheme]["makespan_h"] > 0 and row[scheme]["gpu_hours"] > 0
