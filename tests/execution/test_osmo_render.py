@@ -255,3 +255,13 @@ def test_makespan_bench_prints_its_table_as_json():
     for row in table["by_gpus"].values():
         for scheme in ("arena", "evalfleet"):
             assert row[scheme]["makespan_h"] > 0 and row[scheme]["gpu_hours"] > 0
+
+
+def test_arena_spellings_and_ray_needs_an_address():
+    plain = dry_run(QUICKSTART, "osmo.gpus=0")
+    proc = subprocess.run([sys.executable, "-m", "evalfleet.execution.submit", "--experiment_cfg", str(QUICKSTART),
+                           "--backend", "osmo", "--dry_run", "osmo.gpus=0"], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout == plain.stdout
+    ray = subprocess.run([sys.executable, "-m", "evalfleet.execution.submit", str(QUICKSTART), "--backend", "ray"],
+                         capture_output=True, text=True)
+    assert ray.returncode == 2 and "--ray-address" in ray.stderr

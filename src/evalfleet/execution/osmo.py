@@ -262,7 +262,7 @@ def runner_script(run: str, task: str, policy: str, planned: int | None, server_
         f"evalfleet watchdog --heartbeat {q(TASK_DIR + '/heartbeat.json')}"
         f" --status-file {q(TASK_DIR + '/watchdog_status.json')} -- evalfleet runner \"$EXP\" --output \"$OUT\"",
         "RC=$?",
-        "python -m evalfleet.execution.osmo finish-run --output \"$OUT\" --run \"$RUN\" --exit-code \"$RC\""
+        "\"$(command -v python3 || command -v python)\" -m evalfleet.execution.osmo finish-run --output \"$OUT\" --run \"$RUN\" --exit-code \"$RC\""
         f" --task {q(task)} --policy {q(policy)}"
         + (f" --planned {int(planned)}" if planned is not None else "")
         + f" --watchdog-status {q(TASK_DIR + '/watchdog_status.json')}",

@@ -47,14 +47,25 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def _submit_ray(args: argparse.Namespace, loaded) -> int:  # noqa: ANN001
+    """The whole evaluation as one Ray job (execution/ray_backend.py `submit_ray_job`)."""
     from evalfleet.errors import UserError
 
+    if not args.ray_address:
+        raise UserError("--backend ray needs --ray-address http://HEAD:8265 (the Ray Jobs API of the cluster)",
+                        where="command line", key="--ray-address")
+    if args.dry_run:
+        print(f"# would submit a Ray job to {args.ray_address}: evalfleet run experiment.yaml --backend ray"
+              " --ray-address auto --no-progress, with this experiment.yaml:")
+        print(loaded.resolved_yaml(), end="")
+        return 0
     try:
-        from evalfleet.execution.ray_backend import submit_ray_job  # type: ignore[attr-defined]
+        from evalfleet.execution.ray_backend import submit_ray_job
     except ImportError:
-        raise UserError("Ray submission is not available in this installation (evalfleet.execution.ray_backend"
-                        " has no submit_ray_job)", where="command line", key="--backend") from None
-    return submit_ray_job(loaded, address=args.ray_address, dry_run=args.dry_run)
+        raise UserError("Ray submission is not available in this installation", where="command line",
+                        key="--backend") from None
+    job_id = submit_ray_job(loaded.path, list(loaded.overrides), args.ray_address)
+    print(f"submitted Ray job {job_id} to {args.ray_address}")
+    return 0
 
 
 def submit_osmo(loaded, *, dry_run: bool, output_dir: str | None = None, out=None) -> int:  # noqa: ANN001
@@ -101,7 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="evalfleet")
     sub = parser.add_subparsers(dest="command", required=True)
     add_submit_parser(sub)
-    args, extra = parser.parse_known_args(["submit", *(sys.argv[1:] if argv is None else argv)])
+    from evalfleet.cli import normalise_argv  # Arena spellings (--experiment_cfg, --dry_run, ...)
+
+    argv = normalise_argv(list(sys.argv[1:] if argv is None else argv))
+    args, extra = parser.parse_known_args(["submit", *argv])
     if extra:  # overrides after options, as `evalfleet` takes them
         if all("=" in e and not e.startswith("-") for e in extra):
             args.overrides = [*args.overrides, *extra]
