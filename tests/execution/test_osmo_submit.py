@@ -223,3 +223,40 @@ def test_rendered_runner_and_collect_tasks_run_for_real(tmp_path):
     assert "push_expert" in text
     lines = (tmp_path / "collect_out" / "collected" / "push_expert" / "episode_results.jsonl").read_text().splitlines()
     assert [json.loads(line)["episode"] for line in lines] == [0, 1]
+
+
+@pytest.mark.slow
+def test_rendered_server_and_runner_tasks_of_a_served_run_work_together(tmp_path, write_experiment):
+    """A served Run's group for real: serve.sh starts `evalfleet serve`, run.sh waits for its port, then the
+    watchdog-supervised runner plays the episodes against it (host token → 127.0.0.1, a free port)."""
+    from evalfleet.serving.process import free_port
+
+    path = write_experiment({"push_served": {
+        "environment": {"type": "metaworld", "task": "push-v3"}, "rollout_limit": {"num_episodes": 2},
+        "policy": {"type": "openpi_remote", "serve": {"type": "metaworld_expert"}}}})
+    [wf] = render_workflows(load_experiment(path, ["osmo.gpus=0"]))
+    runner, server = wf.spec["workflow"]["groups"][0]["tasks"]
+    port = str(free_port("127.0.0.1"))
+    task_dir = tmp_path / "task"
+    task_dir.mkdir()
+
+    def prepare(text: str) -> str:
+        text = fill_tokens(text, tmp_path / "out").replace("/tmp/evalfleet", str(task_dir))
+        return text.replace("8000", port).replace("0.0.0.0", "127.0.0.1")
+
+    files = {f["path"]: prepare(f["contents"]) for f in runner["files"] + server["files"]}
+    (task_dir / "experiment.yaml").write_text(files["/tmp/evalfleet/experiment.yaml"])
+    serve = subprocess.Popen(["bash", "-c", files["/tmp/evalfleet/serve.sh"]], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        proc = subprocess.run(["bash", "-c", files["/tmp/evalfleet/run.sh"]], capture_output=True, text=True,
+                              timeout=300)
+    finally:
+        serve.terminate()
+        serve.wait(timeout=30)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    status = json.loads((tmp_path / "out" / "push_served" / "run_status.json").read_text())
+    assert status["state"] == "completed", status
+    records = [json.loads(line) for p in sorted((tmp_path / "out" / "push_served" / "parts").glob("*.jsonl"))
+               for line in p.read_text().splitlines()]
+    assert sorted(r["episode"] for r in records) == [0, 1] and all(r["status"] != "error" for r in records)

@@ -172,7 +172,8 @@ def placements(loaded: Any) -> list[RunPlacement]:
     return out
 
 
-def check_resources(places: list[RunPlacement], settings: OsmoSettings, given: dict[str, Any]) -> None:
+def check_resources(places: list[RunPlacement], settings: OsmoSettings, given: dict[str, Any],
+                    where: str | None = None) -> None:
     """Fail before rendering when servers disagree on pool/platform or the profile is too small."""
     for key in ("pool", "platform"):
         wanted = [(p.run, getattr(p, f"server_{key}")) for p in places if getattr(p, f"server_{key}")]
@@ -185,7 +186,7 @@ def check_resources(places: list[RunPlacement], settings: OsmoSettings, given: d
             if value != first:
                 raise UserError(f"the servers of Runs {first_run!r} and {run!r} need different {key}s ({first!r} vs"
                                 f" {value!r}); one workflow runs in one {key}: submit them separately",
-                                key=f"runs.{run}.policy")
+                                where=where, key=f"runs.{run}.policy")
     memory = settings.memory_gib()
     for p in places:
         if p.needs is None:
@@ -383,7 +384,7 @@ def render_workflows(loaded: Any, settings: OsmoSettings | None = None) -> list[
     settings = settings or backend_settings("osmo", loaded.backend_settings)
     assert isinstance(settings, OsmoSettings)
     places = placements(loaded)
-    check_resources(places, settings, given)
+    check_resources(places, settings, given, loaded.path)
     if settings.output_url:
         bad = [t for t in TOKEN.findall(settings.output_url) if t != "workflow_id"]
         if bad:
