@@ -40,8 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--worker-id", default="0", help="this worker's name in --claim-dir")
     p.set_defaults(handler=cmd_runner)
 
+    from evalfleet.execution.submit import add_submit_parser
     from evalfleet.execution.watchdog import add_watchdog_parser
 
+    add_submit_parser(sub)
     add_watchdog_parser(sub)
 
 
