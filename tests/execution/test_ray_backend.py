@@ -4,6 +4,7 @@ must equal the local backend's; a served Run packs runner and server in one plac
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -89,7 +90,39 @@ def assert_same_as_local(out: Path, local: Path) -> None:
                 json.loads((run_dir / "run_status.json").read_text())
 
 
+def test_jobs_address_given_to_run_is_a_clear_error(tmp_path):
+    from evalfleet.errors import UserError
+    from evalfleet.execution.ray_backend import run_ray
+    from evalfleet.experiment.loading import load_experiment
+
+    with pytest.raises(UserError, match="Jobs API"):
+        run_ray(load_experiment(QUICKSTART, SMALL), tmp_path / "out", address="http://127.0.0.1:8265")
+    assert not (tmp_path / "out").exists() and not ray.is_initialized()
+
+
 # ---------------------------------------------------------------------------------- a local Ray instance
+
+
+@contextlib.contextmanager
+def spy_on_servers(seen: dict):
+    """Record the RayRun and its (first) server actor and placement group as soon as they exist."""
+    from evalfleet.execution import ray_backend
+
+    original = ray_backend.RayRun._start_servers
+
+    def spy(self, ray_mod, shards):
+        served = original(self, ray_mod, shards)
+        seen["servers"] = dict(self.server_runs)
+        key = next(iter(self.servers))
+        seen["group"], seen["actor"] = self.server_groups[key], self.servers[key]
+        seen["job"] = self
+        return served
+
+    ray_backend.RayRun._start_servers = spy
+    try:
+        yield
+    finally:
+        ray_backend.RayRun._start_servers = original
 
 
 class TestLocalInstance:
@@ -140,22 +173,10 @@ class TestLocalInstance:
             "rollout_limit": {"num_episodes": 6},
             "max_attempts": 5,
         }}}))
-        from evalfleet.execution import ray_backend
-
         seen: dict = {}
-        original = ray_backend.RayRun._prepare_run
-
-        def spy(self, ray_mod, name, rp, document):
-            doc, group = original(self, ray_mod, name, rp, document)
-            seen["group"] = group
-            seen["actor"] = self.servers.get(name)
-            seen["doc"] = doc
-            seen["job"] = self
-            return doc, group
-
         def killer():
             deadline = time.monotonic() + 120
-            while "actor" not in seen and time.monotonic() < deadline:
+            while "job" not in seen and time.monotonic() < deadline:
                 time.sleep(0.1)
             actor = seen["actor"]
             info = ray.get(actor.info.remote())
@@ -176,13 +197,10 @@ class TestLocalInstance:
                     return
                 time.sleep(0.1)
 
-        ray_backend.RayRun._prepare_run = spy
         thread = threading.Thread(target=killer, daemon=True)
         thread.start()
-        try:
+        with spy_on_servers(seen):
             code, results = run_with_ray(tmp_path / "out", overrides=[], path=str(exp), shard_size=3)
-        finally:
-            ray_backend.RayRun._prepare_run = original
         thread.join(30)
         assert code == 0, [r.result for r in results]
         records = part_records(tmp_path / "out")
@@ -192,18 +210,41 @@ class TestLocalInstance:
                                for line in path.read_text().splitlines()
                                if json.loads(line)["timestamp"] > seen["killed_at"]]
         assert finished_after_kill, "the server was killed after the last episode: nothing was checked"
-        # the client was wired to the server the actor started
-        wired = yaml.safe_load(seen["doc"])["runs"]["reach_served"]["policy"]
-        assert wired["port"] == seen["info_before"]["port"] and wired["host"] == seen["info_before"]["host"]
-        # server actor and every shard task ran in the Run's placement group
+        # server actor and both shard tasks ran in the Run's placement group, the clients wired to that server
         group_id = seen["group"].id.hex()
         assert seen["info_before"]["placement_group"] == group_id
+        address = [seen["info_before"]["host"], seen["info_before"]["port"]]
+        assert seen["job"].placements == {("reach_served", "000000"): (group_id, address),
+                                          ("reach_served", "000003"): (group_id, address)}
         assert seen["info_after"]["restarts"] >= 1 and seen["info_after"]["pid"] != seen["killed_pid"]
-        assert seen["job"].placements == {("reach_served", "000000"): group_id, ("reach_served", "000003"): group_id}
+        assert "starting" in (tmp_path / "out" / "reach_served" / "server.log").read_text()
         # the server process is gone and the group removed
         with pytest.raises(ProcessLookupError):
             os.kill(seen["info_after"]["pid"], 0)
         assert ray.util.placement_group_table(seen["group"])["state"] == "REMOVED"
+
+    def test_per_policy_sharing_one_server(self, tmp_path):
+        """server_sharing: per_policy: two Runs with the same served policy share one server and its group; a
+        third with other server settings gets its own, placed once the first group is gone (2 CPUs fit one)."""
+        exp = tmp_path / "shared.yaml"
+        run = {"environment": {"type": "metaworld", "task": "reach-v3"},
+               "policy": {"type": "openpi_remote", "serve": {"type": "metaworld_expert"}},
+               "rollout_limit": {"num_episodes": 2}}
+        exp.write_text(yaml.safe_dump({"name": "shared", "seed": 0, "server_sharing": "per_policy",
+                                       "runs": {"reach_a": run, "reach_b": {**run, "policy_name": "b"},
+                                                "reach_c": {**run, "policy": {**run["policy"],
+                                                                              "batching": {"max_batch": 2}}}}}))
+        seen: dict = {}
+        with spy_on_servers(seen):
+            code, _ = run_with_ray(tmp_path / "out", overrides=[], path=str(exp), shard_size=1)
+        assert code == 0
+        assert sorted(seen["servers"].values()) == [["reach_a", "reach_b"], ["reach_c"]]
+        placements = seen["job"].placements
+        assert len(placements) == 6
+        shared = {(g, tuple(a)) for (run, _), (g, a) in placements.items() if run != "reach_c"}
+        own = {(g, tuple(a)) for (run, _), (g, a) in placements.items() if run == "reach_c"}
+        assert len(shared) == 1 and len(own) == 1 and shared != own
+        assert sorted(part_records(tmp_path / "out")) == [(r, e) for r in ("reach_a", "reach_b", "reach_c") for e in (0, 1)]
 
 
 # ---------------------------------------------------------------------------------- a separately started cluster
@@ -286,8 +327,16 @@ class TestSeparateCluster:
             shutil.rmtree(temp, ignore_errors=True)
 
     def test_same_results_as_local_backend(self, tmp_path, cluster, local_reference):
+        """Through `run_ray_backend`, what `evalfleet run --backend ray --ray-address HOST:PORT` calls."""
+        from evalfleet.execution.output_dir import prepare_output
+        from evalfleet.execution.ray_backend import run_ray_backend
+        from evalfleet.experiment.loading import load_experiment
+
         assert not ray.is_initialized()
-        code, results = run_with_ray(tmp_path / "out", address=cluster[0])
+        loaded = load_experiment(QUICKSTART, SMALL)
+        prepare_output(tmp_path / "out", loaded, resume=False)
+        code = run_ray_backend(loaded, tmp_path / "out", address=cluster[0], workers=None, shard_size=None,
+                               show_progress=True)
         assert code == 0
         assert not ray.is_initialized()  # run_ray disconnected the driver it connected
         assert_same_as_local(tmp_path / "out", local_reference)

@@ -15,8 +15,10 @@ A Run with a served policy (a server binding whose `needs_server` is true) gets 
 holds a `_PolicyServer` actor (resources from `binding.resources`) that starts the server with
 `ServerProcess` on a free port of its node and restarts it on the same port if it dies; the Run's shard tasks
 go in the other bundles (PACK strategy) with the client options wired to that host and port. The server
-is stopped and the group removed when the Run's shards are done. `server_sharing: per_policy` is not yet
-honoured here: every served Run gets its own server.
+is stopped (its log kept as OUT/<run>/server.log) and the group removed when the Run's shards are done.
+Servers are planned as for the local backend (`serving.planning.plan_server_groups`): one per served Run, or
+with `server_sharing: per_policy` one per distinct server identity, whose group then holds the shard tasks of
+all the Runs sharing it.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from evalfleet.experiment.plan import Plan, Shard
 SHARD_TASK_RETRIES = 3  # Ray relaunches a shard task whose worker process or node died
 PUSH_INTERVAL_S = 0.5  # how often a shard task sends its new record lines to the driver
 SERVER_START_TIMEOUT_S = 300.0
+LOCAL_OBJECT_STORE_BYTES = 256 * 1024 * 1024
 
 RAY_MISSING = "the Ray backend needs Ray: pip install 'evalfleet[ray]' (or 'ray[default]>=2.40')"
 
@@ -75,13 +78,19 @@ def run_ray(loaded: Any, out: Path, *, address: str | None = None, workers: int 
     from evalfleet.experiment.plan import make_plan
 
     console = Console(stderr=True)
+    if address and address.startswith(("http://", "https://")):
+        raise UserError(f"{address} looks like the Ray Jobs API (dashboard) address: give `evalfleet run` the "
+                        "cluster address (HOST:6379, or auto), or submit with `evalfleet submit --backend ray "
+                        f"--ray-address {address}`", where="command line", key="--ray-address")
     started = False
     if not ray.is_initialized():
         kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": "WARNING"}
         if address:
             ray.init(address=address, **kwargs)
         else:
-            ray.init(num_cpus=workers or os.cpu_count() or 1, include_dashboard=False, **kwargs)
+            # Records flow through actor calls, not the object store: a small one is plenty.
+            ray.init(num_cpus=workers or os.cpu_count() or 1, include_dashboard=False,
+                     object_store_memory=LOCAL_OBJECT_STORE_BYTES, **kwargs)
         started = True
     try:
         cpus = int(ray.cluster_resources().get("CPU", 1))
@@ -110,6 +119,28 @@ def run_ray(loaded: Any, out: Path, *, address: str | None = None, workers: int 
             ray.shutdown()
 
 
+def run_ray_backend(loaded: Any, out: Path, *, address: str | None = None, workers: int | None = None,
+                    shard_size: int | None = None, show_progress: bool = True,
+                    watchdog: WatchdogConfig | None = None) -> int:
+    """`evalfleet run --backend ray` after the output folder is prepared: run_ray, then finish_runs and summarise
+    exactly as the local backend does. The exit code: 0 all Runs completed, 1 some did not, 130 interrupted."""
+    from rich.console import Console
+
+    from evalfleet.execution.commands import finish_runs, summarise
+    from evalfleet.experiment.plan import make_plan
+
+    console = Console(stderr=True)
+    try:
+        results = run_ray(loaded, out, address=address, workers=workers, shard_size=shard_size,
+                          show_progress=show_progress, watchdog=watchdog)
+    except KeyboardInterrupt:
+        console.print(f"[yellow]interrupted[/]: every Ray task cancelled; finished episodes are kept. "
+                      f"Continue with: evalfleet run --resume --backend ray --output {out}")
+        return 130
+    finish_runs(make_plan(loaded, shard_size=shard_size, workers=workers), out, results)
+    return summarise(out, console)
+
+
 def existing_lines(out: Path, run: str) -> list[str]:
     """Every record line a Run's logs hold now (merged file first, then the parts)."""
     from evalfleet.rollout.runner import run_log_files
@@ -132,8 +163,11 @@ class RayRun:
     stop: threading.Event = dataclasses.field(default_factory=threading.Event)
     results: list[WorkerResult] = dataclasses.field(default_factory=list)
     crash: BaseException | None = None
-    servers: dict[str, Any] = dataclasses.field(default_factory=dict)  # Run → PolicyServer actor
-    placements: dict[tuple[str, str], Any] = dataclasses.field(default_factory=dict)  # shard → placement group id
+    servers: dict[str, Any] = dataclasses.field(default_factory=dict)  # server id → PolicyServer actor
+    server_runs: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # server id → its Runs
+    server_groups: dict[str, Any] = dataclasses.field(default_factory=dict)  # server id → placement group
+    # (run, shard id) → (placement group id, [host, port] of the server the task used) as the task reported them
+    placements: dict[tuple[str, str], Any] = dataclasses.field(default_factory=dict)
 
     def execute(self) -> None:
         try:
@@ -148,24 +182,23 @@ class RayRun:
         sink = _sink_class(ray).remote({name: existing_lines(self.out, name) for name in self.plan.runs})
         document = self.plan.experiment.resolved_document()
         shards = sorted(self.plan.shards, key=lambda s: (s.start, list(self.plan.runs).index(s.run)))
-        groups: dict[str, Any] = {}
         pending: dict[Any, tuple[int, Shard]] = {}
         left_per_run = {name: sum(1 for s in shards if s.run == name) for name in self.plan.runs}
         config = dataclasses.asdict(self.watchdog)
         task = _shard_task(ray)
         try:
-            run_docs = {}
-            for name, rp in self.plan.runs.items():
-                run_docs[name], groups[name] = self._prepare_run(ray, name, rp, document)
+            served = self._start_servers(ray, shards)  # Run → (placement group, ref of the server's host/port)
             for index, shard in enumerate(shards):
                 options: dict[str, Any] = {}
-                group = groups.get(shard.run)
+                group, address = served.get(shard.run, (None, None))
                 if group is not None:
                     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
                     options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(placement_group=group)
-                ref = task.options(**options).remote(run_docs[shard.run], shard.run, shard.start, shard.stop,
-                                                     sink, config)
+                run_doc = yaml.safe_dump({**document, "runs": {shard.run: document["runs"][shard.run]}}, sort_keys=False)
+                # `address` is an ObjectRef: Ray starts the task once the server answered where it listens.
+                ref = task.options(**options).remote(run_doc, shard.run, shard.start, shard.stop, sink, config,
+                                                     address)
                 pending[ref] = (index, shard)
             self.results = [WorkerResult(i, [s]) for i, s in enumerate(shards)]
             while pending:
@@ -181,66 +214,73 @@ class RayRun:
                     try:
                         answer = ray.get(ref)
                         result.result = WatchdogResult(**answer["watchdog"])
-                        self.placements[(shard.run, shard.id)] = answer.get("placement_group")
+                        self.placements[(shard.run, shard.id)] = (answer.get("placement_group"), answer.get("server"))
                         if answer.get("log_tail") and result.result.state != "completed":
                             _append(internal / f"ray-{shard.run}-{shard.id}.log", answer["log_tail"])
                     except Exception as exc:  # noqa: BLE001 - a task that failed for good fails its Run
                         result.error = f"Ray task failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                     left_per_run[shard.run] -= 1
-                    if left_per_run[shard.run] == 0:
-                        self._stop_server(ray, shard.run, groups)
+                    for key, runs in list(self.server_runs.items()):
+                        if all(left_per_run[r] == 0 for r in runs):
+                            self._stop_server(ray, key)
             self._drain(ray, sink)
         finally:
-            for name in list(self.servers):
-                self._stop_server(ray, name, groups)
+            for key in list(self.servers):
+                self._stop_server(ray, key)
             ray.kill(sink)
 
-    def _prepare_run(self, ray: Any, name: str, rp: Any, document: dict[str, Any]) -> tuple[str, Any]:
-        """The single-Run experiment file for the Run's shard tasks, and its placement group (served Runs)."""
-        from evalfleet.serving.bindings import binding_for
-
-        doc = dict(document)
-        run_doc = json.loads(json.dumps(document["runs"][name]))
-        doc["runs"] = {name: run_doc}
-        policy = dict(run_doc.get("policy") or {})
-        policy_type = str(policy.get("type"))
-        options = {k: v for k, v in policy.items() if k != "type"}
-        binding = binding_for(policy_type)
-        if binding is None or not binding.needs_server(options):
-            return yaml.safe_dump(doc, sort_keys=False), None
+    def _start_servers(self, ray: Any, shards: list[Shard]) -> dict[str, tuple[Any, Any]]:
+        """Create a placement group per planned server (bundle 0: the server, then room for runner tasks) and
+        start the server actor in it, without waiting: a group waits for resources (e.g. until an earlier
+        Run's group is removed) and the shard tasks wait for their server's address. Run → (group, address)."""
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        res = binding.resources(options)
-        server_bundle: dict[str, float] = {"CPU": float(res.cpus)}
-        if res.gpus:
-            server_bundle["GPU"] = float(res.gpus)
-        runners = max(1, min(sum(1 for s in self.plan.shards if s.run == name), _runner_slots(ray, res.cpus)))
-        group = placement_group([server_bundle] + [{"CPU": 1.0}] * runners, strategy="PACK", name=f"evalfleet-{name}")
-        ray.get(group.ready(), timeout=SERVER_START_TIMEOUT_S)
-        context = _policy_context(rp)
-        actor = _server_class(ray).options(
-            num_cpus=float(res.cpus), num_gpus=float(res.gpus), memory=None,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=group,
-                                                                 placement_group_bundle_index=0),
-        ).remote(policy_type, options, dataclasses.asdict(context))
-        self.servers[name] = actor
-        host, port = ray.get(actor.start.remote(), timeout=SERVER_START_TIMEOUT_S)
-        run_doc["policy"] = {"type": policy_type, **binding.wire_client(options, host, port)}
-        return yaml.safe_dump(doc, sort_keys=False), group
+        from evalfleet.serving.planning import plan_server_groups
 
-    def _stop_server(self, ray: Any, name: str, groups: dict[str, Any]) -> None:
-        actor = self.servers.pop(name, None)
+        exp = self.plan.experiment.experiment
+        served: dict[str, tuple[Any, Any]] = {}
+        server_plans = plan_server_groups({n: rp.run for n, rp in self.plan.runs.items()}, exp.server_sharing,
+                                          exp.seed)
+        cluster_cpus = ray.cluster_resources().get("CPU", 1)
+        for sp in server_plans:
+            res = sp.binding.resources(sp.options)
+            server_bundle: dict[str, float] = {"CPU": float(res.cpus)}
+            if res.gpus:
+                server_bundle["GPU"] = float(res.gpus)
+            its_shards = sum(1 for s in shards if s.run in sp.runs)
+            runner_bundles = max(1, min(its_shards, int(cluster_cpus - res.cpus)))
+            group = placement_group([server_bundle] + [{"CPU": 1.0}] * runner_bundles, strategy="PACK",
+                                    name=f"evalfleet-{sp.id}")
+            self.server_groups[sp.id] = group
+            self.server_runs[sp.id] = list(sp.runs)
+            actor = _server_class(ray).options(
+                num_cpus=float(res.cpus), num_gpus=float(res.gpus),
+                scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=group,
+                                                                     placement_group_bundle_index=0),
+            ).remote(sp.binding.policy_type, sp.options, dataclasses.asdict(sp.context))
+            self.servers[sp.id] = actor
+            address = actor.start.remote()
+            for name in sp.runs:
+                served[name] = (group, address)
+        return served
+
+    def _stop_server(self, ray: Any, key: str) -> None:
+        """Stop a server, keep its log beside its first Run's records (as the local backend does), free its group."""
+        from ray.util.placement_group import remove_placement_group
+
+        actor = self.servers.pop(key, None)
+        runs = self.server_runs.pop(key, [])
         if actor is not None:
             try:
-                ray.get(actor.stop.remote(), timeout=60)
+                log = ray.get(actor.stop.remote(), timeout=60)
+                if runs and log:
+                    _append(self.out / runs[0] / "server.log", log)
             except Exception:  # noqa: BLE001 - the actor is killed below anyway
                 pass
             ray.kill(actor)
-        group = groups.pop(name, None)
+        group = self.server_groups.pop(key, None)
         if group is not None:
-            from ray.util.placement_group import remove_placement_group
-
             remove_placement_group(group)
 
     def _drain(self, ray: Any, sink: Any) -> None:
@@ -255,27 +295,6 @@ class RayRun:
             with open(path, "a", encoding="utf-8") as f:
                 f.write("".join(line + "\n" for line in lines))
                 f.flush()
-
-
-def _runner_slots(ray: Any, server_cpus: float) -> int:
-    return max(1, int(ray.cluster_resources().get("CPU", 1) - server_cpus))
-
-
-def _policy_context(rp: Any) -> Any:
-    """The PolicyContext the Run's runner would build (the server's command line carries it)."""
-    from evalfleet.plugins import load_registries
-    from evalfleet.policies.base import PolicyContext
-    from evalfleet.sim.base import ENVIRONMENTS
-
-    load_registries()
-    run = rp.run
-    action_dim = 4
-    entry = ENVIRONMENTS.get(run.environment.type)
-    info = getattr(entry, "info", None)
-    if info is not None and getattr(info, "action_dim", None):
-        action_dim = int(info.action_dim)
-    return PolicyContext(run=rp.name, task=rp.task, env_type=run.environment.type,
-                         env_options=run.environment.options(), action_dim=action_dim, seed=rp.base_seed)
 
 
 def _append(path: Path, text: str) -> None:
@@ -319,8 +338,9 @@ class RecordSink:
 
 
 def run_shard_on_worker(document: str, run: str, start: int, stop: int | None, sink: Any,
-                        config: dict[str, Any]) -> dict[str, Any]:
-    """Body of a shard task: the runner under the watchdog in a private folder, new records to the sink."""
+                        config: dict[str, Any], server: tuple[str, int] | None = None) -> dict[str, Any]:
+    """Body of a shard task: the runner under the watchdog in a private folder, new records to the sink.
+    `server`: (host, port) of the Run's policy server, wired into the client's options."""
     import ray
 
     from evalfleet.execution.progress import LogTail
@@ -331,6 +351,13 @@ def run_shard_on_worker(document: str, run: str, start: int, stop: int | None, s
     shard = Shard(run, start, stop)
     tmp = Path(tempfile.mkdtemp(prefix="evalfleet-ray-"))
     try:
+        if server is not None:
+            from evalfleet.serving.bindings import binding_for
+
+            doc = yaml.safe_load(document)
+            policy = doc["runs"][run]["policy"]
+            doc["runs"][run]["policy"] = binding_for(policy["type"]).wire_client(policy, server[0], int(server[1]))
+            document = yaml.safe_dump(doc, sort_keys=False)
         (tmp / "experiment.yaml").write_text(document, encoding="utf-8")
         known = ray.get(sink.known.remote(run, start, stop))
         (tmp / run).mkdir(parents=True)
@@ -373,7 +400,7 @@ def run_shard_on_worker(document: str, run: str, start: int, stop: int | None, s
                 pass
         context = ray.get_runtime_context()
         return {"watchdog": dataclasses.asdict(result), "log_tail": log_tail, "node": context.get_node_id(),
-                "placement_group": context.get_placement_group_id()}
+                "placement_group": context.get_placement_group_id(), "server": list(server) if server else None}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -426,11 +453,17 @@ class PolicyServer:
                 "port": self.process.port if self.process else None, "restarts": self.restarts, "node": ray.get_runtime_context().get_node_id(),
                 "placement_group": ray.get_runtime_context().get_placement_group_id()}
 
-    def stop(self) -> int | None:
+    def stop(self) -> str:
+        """Stop the server for good; its log."""
         self.stopping.set()
-        code = self.process.stop() if self.process else None
-        shutil.rmtree(self.log_dir, ignore_errors=True)
-        return code
+        if self.process:
+            self.process.stop()
+        try:
+            return (self.log_dir / "server.log").read_text(errors="replace")
+        except OSError:
+            return ""
+        finally:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
 
 
 # Made per run, not cached: a remote class or function made for one Ray session does not outlive it.
