@@ -9,7 +9,7 @@ Prints JSON:
 - `recording`: wall time of the same Run (push-v3, scripted expert, `--episodes` episodes, one
   process via run_shards) without recording and with `recording: {video: true, cameras: [corner],
   every_n_episodes: 10}` at 224×224, and the relative overhead;
-- `vision_policy` (when --vision-episodes > 0): success of `metaworld_vision` (corner camera, 128 px)
+- `vision_policy` (when --vision-episodes > 0): success of `metaworld_vision` (corner camera, 160 px)
   on pick-place-v3 and push-v3 at nominal and with `camera.position_offset` uniform in ±offset
   metres per axis.
 """
@@ -92,7 +92,7 @@ def vision_success(task: str, episodes: int, offset: float) -> float:
     from evalfleet.sim.metaworld_env import MetaworldEnvironment
     from evalfleet.sim.metaworld_spec import MetaworldOptions
 
-    opts = {"task": task, "cameras": ["corner"], "depth": True, "segmentation": True, "image_size": 128,
+    opts = {"task": task, "cameras": ["corner"], "depth": True, "segmentation": True, "image_size": 160,
             "max_steps": 150}
     env = MetaworldEnvironment(MetaworldOptions(**opts))
     policy = _make({}, PolicyContext(run="bench", task=task, env_type="metaworld", env_options=opts))

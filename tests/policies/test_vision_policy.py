@@ -16,7 +16,7 @@ from evalfleet.rollout.runner import latest_records, run_shards
 from evalfleet.sim.metaworld_env import MetaworldEnvironment
 from evalfleet.sim.metaworld_spec import MetaworldOptions
 
-ENV = {"cameras": ["corner"], "depth": True, "segmentation": True, "image_size": 128}
+ENV = {"cameras": ["corner"], "depth": True, "segmentation": True, "image_size": 160}
 
 
 def _policy(task: str, **env_options):
