@@ -169,7 +169,8 @@ class TestLocalInstance:
         exp = tmp_path / "served.yaml"
         exp.write_text(yaml.safe_dump({"name": "served", "seed": 0, "runs": {"reach_served": {
             "environment": {"type": "metaworld", "task": "reach-v3"},
-            "policy": {"type": "openpi_remote", "serve": {"type": "test_slow_expert", "delay_s": 0.02}, "request_timeout_s": 10},
+            "policy": {"type": "openpi_remote", "serve": {"type": "test_slow_expert", "delay_s": 0.02},
+                       "request_timeout_s": 10},
             "rollout_limit": {"num_episodes": 6},
             "max_attempts": 5,
         }}}))
@@ -244,7 +245,8 @@ class TestLocalInstance:
         shared = {(g, tuple(a)) for (run, _), (g, a) in placements.items() if run != "reach_c"}
         own = {(g, tuple(a)) for (run, _), (g, a) in placements.items() if run == "reach_c"}
         assert len(shared) == 1 and len(own) == 1 and shared != own
-        assert sorted(part_records(tmp_path / "out")) == [(r, e) for r in ("reach_a", "reach_b", "reach_c") for e in (0, 1)]
+        runs = ("reach_a", "reach_b", "reach_c")
+        assert sorted(part_records(tmp_path / "out")) == [(r, e) for r in runs for e in (0, 1)]
 
 
 # ---------------------------------------------------------------------------------- a separately started cluster

@@ -195,7 +195,8 @@ class RayRun:
                     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
                     options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(placement_group=group)
-                run_doc = yaml.safe_dump({**document, "runs": {shard.run: document["runs"][shard.run]}}, sort_keys=False)
+                run_doc = yaml.safe_dump({**document, "runs": {shard.run: document["runs"][shard.run]}},
+                                         sort_keys=False)
                 # `address` is an ObjectRef: Ray starts the task once the server answered where it listens.
                 ref = task.options(**options).remote(run_doc, shard.run, shard.start, shard.stop, sink, config,
                                                      address)
@@ -218,7 +219,8 @@ class RayRun:
                         if answer.get("log_tail") and result.result.state != "completed":
                             _append(internal / f"ray-{shard.run}-{shard.id}.log", answer["log_tail"])
                     except Exception as exc:  # noqa: BLE001 - a task that failed for good fails its Run
-                        result.error = f"Ray task failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                        first = (str(exc).splitlines() or [""])[0]
+                        result.error = f"Ray task failed: {type(exc).__name__}: {first}"
                     left_per_run[shard.run] -= 1
                     for key, runs in list(self.server_runs.items()):
                         if all(left_per_run[r] == 0 for r in runs):
@@ -450,7 +452,8 @@ class PolicyServer:
         import ray
 
         return {"pid": self.pid(), "host": self.process.host if self.process else None,
-                "port": self.process.port if self.process else None, "restarts": self.restarts, "node": ray.get_runtime_context().get_node_id(),
+                "port": self.process.port if self.process else None, "restarts": self.restarts,
+                "node": ray.get_runtime_context().get_node_id(),
                 "placement_group": ray.get_runtime_context().get_placement_group_id()}
 
     def stop(self) -> str:
@@ -487,9 +490,9 @@ def submit_ray_job(exp_path: str | Path, overrides: list[str], address: str, *, 
     """Submit the whole evaluation as a Ray job (Jobs API at `address`, e.g. http://HEAD:8265) and return its ID.
 
     The job's working_dir holds only the resolved experiment file (overrides already applied); its entrypoint
-    is `evalfleet run experiment.yaml --backend ray --ray-address auto --no-progress [--output OUTPUT]`, so the
-    evaluation runs on the cluster and writes OUTPUT on the head node (default: outputs/<name>-<time> in the
-    job's working directory; give a path on shared storage to keep it)."""
+    is `evalfleet run experiment.yaml --backend ray --ray-address auto --no-progress --output OUTPUT`, so the
+    evaluation runs on the cluster and writes OUTPUT on the head node (default: ~/evalfleet-outputs/<name>-<time>
+    there; the job's logs end with the summary table and the report's path)."""
     _import_ray()
     import shlex
 
@@ -504,12 +507,15 @@ def submit_ray_job(exp_path: str | Path, overrides: list[str], address: str, *, 
         raise UserError("submitting Ray jobs needs the Jobs client: pip install 'ray[default]'",
                         where="--backend ray") from exc
     entry = ["evalfleet", "run", "experiment.yaml", "--backend", "ray", "--ray-address", "auto", "--no-progress"]
-    if output:
-        entry += ["--output", output]
     if workers:
         entry += ["--workers", str(workers)]
     if shard_size:
         entry += ["--shard-size", str(shard_size)]
+    command = shlex.join(entry)
+    if output:
+        command += f" --output {shlex.quote(output)}"
+    else:  # the job's working_dir is temporary: keep the results under the head node's home
+        command += f' --output "$HOME"/{shlex.quote(job_output_dir(loaded))}'
     staging = Path(tempfile.mkdtemp(prefix="evalfleet-ray-job-"))
     try:
         (staging / "experiment.yaml").write_text(loaded.resolved_yaml(), encoding="utf-8")
@@ -517,10 +523,15 @@ def submit_ray_job(exp_path: str | Path, overrides: list[str], address: str, *, 
             client = JobSubmissionClient(address)
         except Exception as exc:  # noqa: BLE001 - connection problems are the user's to fix
             raise UserError(f"cannot reach the Ray Jobs API at {address}: {exc}", where="--ray-address") from exc
-        return client.submit_job(entrypoint=shlex.join(entry), runtime_env={"working_dir": str(staging)},
+        return client.submit_job(entrypoint=command, runtime_env={"working_dir": str(staging)},
                                  metadata={"evalfleet_experiment": loaded.experiment.name})
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def job_output_dir(loaded: Any) -> str:
+    """Where a submitted job writes by default, relative to the head node's home."""
+    return f"evalfleet-outputs/{loaded.experiment.name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def wait_for_job(address: str, job_id: str, timeout_s: float = 3600.0, poll_s: float = 1.0) -> tuple[str, str]:
