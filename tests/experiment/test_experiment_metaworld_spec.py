@@ -37,7 +37,7 @@ def test_every_task_has_a_scripted_expert() -> None:
 def test_variations_command_lists_the_five_with_defaults(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["variations", "metaworld"]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0] == "metaworld: 5 variations"
+    assert out.splitlines()[0] == f"metaworld: {len(VARIATIONS)} variations"  # the five + camera/scene ones
     for name in FIVE:
         line = next(line for line in out.splitlines() if line.strip().startswith(name))
         assert "default=" in line and "nominal=" in line
@@ -48,7 +48,7 @@ def test_variations_command_lists_the_five_with_defaults(capsys: pytest.CaptureF
 def test_variations_command_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["variations", "metaworld", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert [v["name"] for v in data["metaworld"]] == FIVE
+    assert [v["name"] for v in data["metaworld"]][:5] == FIVE
     by_name = {v["name"]: v for v in data["metaworld"]}
     assert by_name["object.position_noise"]["kind"] == "vector"
     assert by_name["object.position_noise"]["components"] == ["x", "y", "z"]
@@ -57,6 +57,8 @@ def test_variations_command_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert by_name["scene.friction_scale"]["nominal"] == 1.0
     for v in data["metaworld"]:
         assert v["description"]
+        if v["nominal"] is None:  # a replacement colour: the model's own look is no value in the range
+            continue
         sampler = v["default_sampler"]
         lows, highs = sampler["low"], sampler["high"]
         lows, highs = (lows, highs) if isinstance(lows, list) else ([lows], [highs])
@@ -68,8 +70,8 @@ def test_variations_command_json(capsys: pytest.CaptureFixture[str]) -> None:
 def test_variations_command_without_type_lists_every_environment(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["variations", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert [v["name"] for v in data["metaworld"]] == FIVE
+    assert [v["name"] for v in data["metaworld"]][:5] == FIVE
 
 
 def test_registered_variations_are_the_ones_listed() -> None:
-    assert list(VARIATIONS) == FIVE
+    assert list(VARIATIONS)[:5] == FIVE  # then the camera and scene variations (tests/sim)
