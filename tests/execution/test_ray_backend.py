@@ -100,6 +100,64 @@ def test_jobs_address_given_to_run_is_a_clear_error(tmp_path):
     assert not (tmp_path / "out").exists() and not ray.is_initialized()
 
 
+DRIVER = """
+import sys
+from pathlib import Path
+from evalfleet.execution.output_dir import prepare_output
+from evalfleet.execution.ray_backend import run_ray_backend
+from evalfleet.experiment.loading import load_experiment
+out, mode, path = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+loaded = load_experiment(path, sys.argv[4:])
+prepare_output(out, loaded, resume=mode == "resume")
+sys.exit(run_ray_backend(loaded, out, workers=2, shard_size=2, show_progress=False))
+"""
+
+
+def _runner_processes() -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if "evalfleet-ray-" in cmd and "runner" in cmd and "zombie" not in _state(int(entry)):
+            found.append(int(entry))
+    return found
+
+
+def test_interrupt_then_resume(tmp_path, local_reference):
+    """Ctrl-C of a Ray run (its own local instance): exit 130, every runner stopped, the records finished so far
+    kept; `--resume` completes the folder with the local backend's results."""
+    out = tmp_path / "out"
+    slow = [*SMALL, "shared.policy.type=test_slow_expert", "shared.policy.delay_s=0.01"]
+    env = plugin_env(RAY_AUTH_MODE="disabled")
+    proc = subprocess.Popen([sys.executable, "-c", DRIVER, str(out), "new", QUICKSTART, *slow], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while not any(p.read_text().strip() for p in out.glob("*/parts/*.jsonl")) and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, output
+    assert "evalfleet run --resume --backend ray" in output
+    kept = part_records(out)
+    assert 0 < len(kept) < 16
+    assert all(json.loads((out / r / "run_status.json").read_text())["state"] == "running"
+               for r in ("push_expert", "pick_place_expert"))
+    deadline = time.monotonic() + 20
+    while _runner_processes() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _runner_processes()
+    proc = subprocess.run([sys.executable, "-c", DRIVER, str(out), "resume", QUICKSTART, *slow], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    decided = [line for path in out.glob("*/parts/*.jsonl") for line in path.read_text().splitlines()
+               if json.loads(line)["status"] != "error"]
+    assert len(decided) == 16  # no episode finished before the interruption was run again
+    assert_same_as_local(out, local_reference)
+
+
 # ---------------------------------------------------------------------------------- a local Ray instance
 
 
@@ -146,22 +204,6 @@ class TestLocalInstance:
         assert all(r.result.state == "completed" and r.error is None for r in results)
         assert_same_as_local(tmp_path / "out", local_reference)
         assert (tmp_path / "out" / "index.html").exists()
-
-    def test_resume_runs_only_what_is_missing(self, tmp_path, local_reference):
-        """A folder whose first shard of one Run is done: the Ray backend runs the rest only."""
-        out = tmp_path / "out"
-        run_with_ray(out, shard_size=2)
-        kept = out / "push_expert" / "parts" / "000000.jsonl"
-        before = kept.read_text()
-        for path in out.glob("*/parts/*.jsonl"):
-            if path != kept:
-                path.unlink()
-        for path in out.glob("*/episode_results.jsonl"):
-            path.unlink()
-        code, _ = run_with_ray(out, resume=True, shard_size=2)
-        assert code == 0
-        assert kept.read_text() == before  # its episodes were not run again
-        assert_same_as_local(out, local_reference)
 
     def test_served_policy_in_one_placement_group(self, tmp_path):
         """openpi_remote serving the scripted expert: server and runner share a placement group, the server

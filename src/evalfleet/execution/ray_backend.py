@@ -46,6 +46,7 @@ SHARD_TASK_RETRIES = 3  # Ray relaunches a shard task whose worker process or no
 PUSH_INTERVAL_S = 0.5  # how often a shard task sends its new record lines to the driver
 SERVER_START_TIMEOUT_S = 300.0
 LOCAL_OBJECT_STORE_BYTES = 256 * 1024 * 1024
+CANCEL_GRACE_S = 15.0  # after Ctrl-C, how long tasks get to stop their runners before they are killed
 
 RAY_MISSING = "the Ray backend needs Ray: pip install 'evalfleet[ray]' (or 'ray[default]>=2.40')"
 
@@ -204,8 +205,7 @@ class RayRun:
             self.results = [WorkerResult(i, [s]) for i, s in enumerate(shards)]
             while pending:
                 if self.stop.is_set():
-                    for ref in pending:
-                        ray.cancel(ref, force=True)
+                    self._cancel(ray, sink, list(pending))
                     break
                 done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0.5)
                 self._drain(ray, sink)
@@ -284,6 +284,20 @@ class RayRun:
         group = self.server_groups.pop(key, None)
         if group is not None:
             remove_placement_group(group)
+
+    def _cancel(self, ray: Any, sink: Any, refs: list[Any]) -> None:
+        """Interrupt every task (each stops its runner and pushes what it finished), keep their last records,
+        then force-kill what has not ended after CANCEL_GRACE_S."""
+        for ref in refs:
+            ray.cancel(ref)
+        deadline = time.monotonic() + CANCEL_GRACE_S
+        left = refs
+        while left and time.monotonic() < deadline:
+            _, left = ray.wait(left, num_returns=len(left), timeout=0.5)
+            self._drain(ray, sink)
+        for ref in left:
+            ray.cancel(ref, force=True)
+        self._drain(ray, sink)
 
     def _drain(self, ray: Any, sink: Any) -> None:
         batches: dict[tuple[str, str], list[str]] = {}
@@ -370,12 +384,14 @@ def run_shard_on_worker(document: str, run: str, start: int, stop: int | None, s
         env.setdefault("PYTHONUNBUFFERED", "1")
         log_path = tmp / "runner.log"
         box: dict[str, Any] = {}
+        stop_runner = threading.Event()
 
         def watch() -> None:
             try:
                 with open(log_path, "ab") as log:
                     box["result"] = supervise(cmd, tmp / "heartbeat.json", WatchdogConfig(**config), env=env,
                                               stdout=log, stderr=log, status_file=tmp / "status.json",
+                                              stop_event=stop_runner,
                                               log=lambda line: _append(log_path, f"evalfleet watchdog: {line}\n"))
             except BaseException as exc:  # noqa: BLE001 - reported in the task's answer
                 box["error"] = exc
@@ -383,14 +399,22 @@ def run_shard_on_worker(document: str, run: str, start: int, stop: int | None, s
         thread = threading.Thread(target=watch, daemon=True)
         thread.start()
         tail = LogTail(part_path(tmp, run, shard.id))
-        while True:
-            alive = thread.is_alive()
+        try:
+            while True:
+                alive = thread.is_alive()
+                lines = tail.new_lines()
+                if lines:
+                    ray.get(sink.push.remote(run, shard.id, lines))
+                if not alive:
+                    break
+                thread.join(PUSH_INTERVAL_S)
+        except BaseException:  # cancelled (KeyboardInterrupt from ray.cancel): stop the runner, keep its records
+            stop_runner.set()
+            thread.join(float(config.get("term_grace", 10.0)) + 5.0)
             lines = tail.new_lines()
             if lines:
                 ray.get(sink.push.remote(run, shard.id, lines))
-            if not alive:
-                break
-            thread.join(PUSH_INTERVAL_S)
+            raise
         if "error" in box:
             raise box["error"]
         result: WatchdogResult = box["result"]
