@@ -48,7 +48,7 @@ SERVER_START_TIMEOUT_S = 300.0
 LOCAL_OBJECT_STORE_BYTES = 256 * 1024 * 1024
 CANCEL_GRACE_S = 15.0  # after Ctrl-C, how long tasks get to stop their runners before they are killed
 
-RAY_MISSING = "the Ray backend needs Ray: pip install 'evalfleet[ray]' (or 'ray[default]>=2.40')"
+RAY_MISSING = "the Ray backend needs Ray: pip install 'evalfleet[ray]' (or 'ray[default]>=2.60')"
 
 
 def _import_ray() -> Any:
