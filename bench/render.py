@@ -6,9 +6,12 @@ camera-based `metaworld_vision` policy does at nominal and with its camera moved
 Prints JSON:
 - `ms_per_frame`: one RGB frame of Meta-World's `corner` camera (pick-place-v3) at 128 and 224 px,
   `fast` (no shadows/reflections/skybox/multisampling) and `default` quality, after a warm-up;
-- `recording`: wall time of the same Run (push-v3, scripted expert, `--episodes` episodes, one
-  process via run_shards) without recording and with `recording: {video: true, cameras: [corner],
-  every_n_episodes: 10}` at 224×224, and the relative overhead;
+- `recording_state_policy` / `recording_camera_policy`: wall time of one Run (push-v3, scripted
+  expert, `--episodes` episodes, one process via run_shards) without recording and with
+  `recording: {video: true, cameras: [corner], every_n_episodes: 10}` at 224×224, and the relative
+  overhead; the state Run renders nothing otherwise (so recording pays for every frame, ~10x a
+  physics step), the camera Run renders corner + gripperPOV at 224 px every step as a camera policy's
+  would (recording reuses those frames: only encoding is added);
 - `vision_policy` (when --vision-episodes > 0): success of `metaworld_vision` (corner camera, 160 px)
   on pick-place-v3 and push-v3 at nominal and with `camera.position_offset` uniform in ±offset
   metres per axis.
@@ -49,7 +52,8 @@ def ms_per_frame(frames: int) -> dict[str, float]:
     return out
 
 
-def _timed_run(root: Path, name: str, episodes: int, recording: dict | None) -> tuple[float, int]:
+def _timed_run(root: Path, name: str, episodes: int, recording: dict | None, cameras: bool = False
+               ) -> tuple[float, int]:
     from evalfleet.experiment.loading import load_experiment
     from evalfleet.experiment.plan import make_plan
     from evalfleet.rollout.runner import latest_records, run_shards
@@ -61,6 +65,8 @@ def _timed_run(root: Path, name: str, episodes: int, recording: dict | None) -> 
     }
     if recording:
         run["recording"] = recording
+    if cameras:  # what a camera policy's Run renders every step anyway
+        run["environment"].update(cameras=["corner", "gripperPOV"], image_size=224)
     path = root / f"{name}.yaml"
     path.write_text(yaml.safe_dump({"name": name, "seed": 0, "runs": {name: run}}))
     plan = make_plan(load_experiment(path))
@@ -71,13 +77,13 @@ def _timed_run(root: Path, name: str, episodes: int, recording: dict | None) -> 
     return elapsed, steps
 
 
-def recording_overhead(episodes: int) -> dict[str, float]:
+def recording_overhead(episodes: int, cameras: bool) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        _timed_run(root, "warmup", 1, None)
-        plain, steps = _timed_run(root, "plain", episodes, None)
+        _timed_run(root, "warmup", 1, None, cameras)
+        plain, steps = _timed_run(root, "plain", episodes, None, cameras)
         rec = {"video": True, "cameras": ["corner"], "every_n_episodes": 10, "fps": 20, "width": 224, "height": 224}
-        recorded, steps_rec = _timed_run(root, "recorded", episodes, rec)
+        recorded, _ = _timed_run(root, "recorded", episodes, rec, cameras)
         videos = len(list((root / "recorded" / "recorded" / "videos" / "corner").glob("*.mp4")))
     return {
         "episodes": episodes, "steps": steps, "videos": videos,
@@ -122,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     from evalfleet.sim.rendering import gl_backend
 
     report: dict = {"backend": gl_backend(), "ms_per_frame": ms_per_frame(args.frames),
-                    "recording": recording_overhead(args.episodes)}
+                    "recording_state_policy": recording_overhead(args.episodes, cameras=False),
+                    "recording_camera_policy": recording_overhead(args.episodes, cameras=True)}
     if args.vision_episodes:
         report["vision_policy"] = {
             task: {

@@ -172,7 +172,7 @@ class ShardRunner:
                     self._policy.reset(spec.seed, slot.env_id)
                     if should_record(recording, spec.index):
                         slot.video = EpisodeVideo(run_dir, spec.index, recording)
-                        slot.video.add(slot.env)
+                        slot.video.add(slot.env, slot.observation)
                     return
                 except Exception as exc:  # noqa: BLE001 - infrastructure error, recorded and retried
                     finish(slot, error=_describe(exc))
@@ -236,7 +236,7 @@ class ShardRunner:
                     try:
                         result = slot.env.step(slot.queue.popleft())
                         if slot.video is not None:
-                            slot.video.add(slot.env)
+                            slot.video.add(slot.env, result.observation)
                     except Exception as exc:  # noqa: BLE001
                         finish(slot, error=_describe(exc))
                         start(slot)

@@ -3,8 +3,9 @@
 A Run's `recording: {video: true, cameras: [...], every_n_episodes: k, fps, width, height}` records
 the episodes whose plan index is a multiple of k (episode 0, k, 2k, ...), so which episodes have a
 video does not depend on sharding or retries. Frames come from the environment's
-`render(camera, height, width)`: the first observation and one frame after every step, so a video
-has `episode_length + 1` frames. Written with imageio's ffmpeg plugin (imageio-ffmpeg ships the
+`render(camera, height, width)` (or the observation's own `observation/images/<camera>` when the Run
+renders that camera at the recording size anyway): the first observation and one frame after every
+step, so a video has `episode_length + 1` frames. Written with imageio's ffmpeg plugin (imageio-ffmpeg ships the
 ffmpeg binary); H.264 wants sizes that are multiples of 16, so other sizes are scaled to the next
 multiple of 16 by ffmpeg (choose width/height as multiples of 16 to keep them exact).
 """
@@ -51,11 +52,14 @@ class EpisodeVideo:
             )
         self.frames = 0
 
-    def add(self, env: Any) -> None:
-        """Append the current frame of every camera."""
+    def add(self, env: Any, observation: dict[str, Any] | None = None) -> None:
+        """Append the current frame of every camera. A frame the observation already holds at the
+        recording size (`observation/images/<camera>`, rendered for a camera policy) is reused."""
         for cam, writer in self._writers.items():
-            frame = np.asarray(env.render(cam, self.height, self.width), dtype=np.uint8)
-            writer.append_data(frame)
+            frame = (observation or {}).get(f"observation/images/{cam}")
+            if frame is None or np.shape(frame)[:2] != (self.height, self.width):
+                frame = env.render(cam, self.height, self.width)
+            writer.append_data(np.asarray(frame, dtype=np.uint8))
         self.frames += 1
 
     def close(self) -> dict[str, str]:
