@@ -45,7 +45,8 @@ class VisionOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     min_pixels: int = Field(default=4, gt=0, description="fewest segmented pixels that count as seeing a thing")
     visible_fraction: float = Field(
-        default=0.7, ge=0, le=1, description="below this share of the most object pixels seen so far, it counts as hidden"
+        default=0.7, ge=0, le=1,
+        description="below this share of the most object pixels seen so far, the object counts as hidden",
     )
 
 

@@ -166,7 +166,8 @@ class MetaworldEnvironment:
     # -- rendering -------------------------------------------------------------------------------
     def render(self, camera: str, height: int | None = None, width: int | None = None, **kinds: bool) -> Any:
         """Render a named camera of the current state: uint8 H×W×3, or the renderer's dict
-        ({"rgb", "depth"?, "segmentation"?}) when `depth=`/`segmentation=` keywords are given. The renderer is created on first use, in this process."""
+        ({"rgb", "depth"?, "segmentation"?}) when `depth=`/`segmentation=` keywords are given.
+        The renderer is created on first use, in this process."""
         default_h, default_w = self.options.image_hw()
         size = (int(height or default_h), int(width or default_w))
         renderer = self._renderers.get(size)
