@@ -22,17 +22,19 @@ def _decode(path: Path) -> np.ndarray:
     return np.stack(list(imageio.imiter(path, plugin="FFMPEG")))
 
 
-def _recorded_run(episodes: int, every: int, width: int, height: int, max_steps: int = 12) -> dict:
+def _recorded_run(episodes: int, every: int, width: int, height: int, max_steps: int = 12, **env: object) -> dict:
     return metaworld_run(
         "reach-v3", policy_type="random", episodes=episodes,
-        environment={"type": "metaworld", "task": "reach-v3", "max_steps": max_steps},
+        environment={"type": "metaworld", "task": "reach-v3", "max_steps": max_steps, **env},
         recording={"video": True, "cameras": ["corner", "gripperPOV"], "every_n_episodes": every,
                    "fps": 10, "width": width, "height": height},
     )
 
 
-def test_records_every_kth_episode_per_camera(write_experiment, tmp_path):
-    path = write_experiment({"rec": _recorded_run(episodes=7, every=3, width=96, height=64)})
+@pytest.mark.parametrize("env_renders", [False, True], ids=["state-run", "camera-run-frames-reused"])
+def test_records_every_kth_episode_per_camera(write_experiment, tmp_path, env_renders):
+    env = {"cameras": ["corner"], "image_size": [64, 96]} if env_renders else {}
+    path = write_experiment({"rec": _recorded_run(episodes=7, every=3, width=96, height=64, **env)})
     plan = make_plan(load_experiment(path), shard_size=3)  # episodes 0,3,6 land in three different shards
     out = tmp_path / "out"
     run_shards(plan.runs, plan.shards, out)
