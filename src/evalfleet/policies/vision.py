@@ -50,28 +50,38 @@ class VisionOptions(BaseModel):
     )
 
 
+def check_environment(env_type: str, env_options: dict[str, Any], where: str | None = None) -> Any:
+    """The Run's environment renders what this policy needs, else a UserError naming the option.
+    Registered as the policy entry's `info["check_environment"]` so validation can call it before
+    anything runs; the factory calls it too."""
+    from evalfleet.sim.metaworld_spec import MetaworldOptions
+
+    if env_type != "metaworld":
+        raise UserError("metaworld_vision needs a `metaworld` environment", where=where, key="environment.type")
+    env_opts = MetaworldOptions.model_validate(env_options)
+    camera = env_opts.image_camera
+    missing = [k for k, ok in (("cameras", camera in env_opts.cameras), ("depth", env_opts.depth),
+                               ("segmentation", env_opts.segmentation)) if not ok]
+    if missing:
+        raise UserError(
+            f"metaworld_vision sees only images; set environment options {REQUIRED} "
+            f"(missing: {', '.join(missing)}; image_camera is {camera!r})",
+            where=where, key="environment." + missing[0],
+        )
+    return env_opts
+
+
 class MetaworldVisionPolicy(BasePolicy):
     def __init__(self, options: VisionOptions, context: PolicyContext):
         import mujoco
         import metaworld.policies as mw_policies
 
         from evalfleet.sim.metaworld_env import make_task_env
-        from evalfleet.sim.metaworld_spec import MetaworldOptions
         from evalfleet.sim.rendering import camera_intrinsics, is_upside_down
 
+        env_opts = check_environment(context.env_type, context.env_options, where=f"Run {context.run!r}")
         where = f"Run {context.run!r}"
-        if context.env_type != "metaworld":
-            raise UserError("metaworld_vision needs a `metaworld` environment", where=where, key="environment.type")
-        env_opts = MetaworldOptions.model_validate(context.env_options)
         camera = env_opts.image_camera
-        missing = [k for k, ok in (("cameras", camera in env_opts.cameras), ("depth", env_opts.depth),
-                                   ("segmentation", env_opts.segmentation)) if not ok]
-        if missing:
-            raise UserError(
-                f"metaworld_vision sees only images; set environment options {REQUIRED} "
-                f"(missing: {', '.join(missing)}; image_camera is {camera!r})",
-                where=where, key="environment." + missing[0],
-            )
         expert_cls = getattr(mw_policies, expert_class_name(env_opts.task), None)
         if expert_cls is None:
             raise UserError(f"Meta-World has no scripted expert for {env_opts.task!r}", where=where,
@@ -182,6 +192,6 @@ def _make(options: Any, context: PolicyContext) -> MetaworldVisionPolicy:
 
 
 POLICIES.register(
-    "metaworld_vision", options=VisionOptions,
+    "metaworld_vision", options=VisionOptions, info={"check_environment": check_environment},
     summary="Meta-World expert on object/goal positions estimated from one camera's depth + segmentation",
 )(_make)
