@@ -87,7 +87,13 @@ def run_ray(loaded: Any, out: Path, *, address: str | None = None, workers: int 
     if not ray.is_initialized():
         kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": "WARNING"}
         if address:
-            ray.init(address=address, **kwargs)
+            try:
+                ray.init(address=address, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - an unreachable or refusing cluster is the user's to fix
+                first = (str(exc).splitlines() or [""])[0]
+                raise UserError(f"cannot connect to the Ray cluster at {address}: {type(exc).__name__}: {first} "
+                                "(is it running? does RAY_AUTH_MODE / the auth token match the cluster's?)",
+                                where="command line", key="--ray-address") from None
         else:
             # Records flow through actor calls, not the object store: a small one is plenty.
             ray.init(num_cpus=workers or os.cpu_count() or 1, include_dashboard=False,
