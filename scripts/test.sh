@@ -10,8 +10,10 @@ python3 -m pip install -q --root-user-action=ignore -e '.[test]'
 # dependencies so the project's numpy stays; what it imports (msgpack, websockets,
 # typing_extensions) comes with evalfleet's own and the test extras.
 python3 -m pip install -q --root-user-action=ignore --no-deps 'openpi-client==0.1.2'
-# Debian's chromium drives the browser tests of the HTML report (Playwright's own download cannot work).
+# Debian's chromium drives the browser tests of the HTML report (Playwright's own download cannot work);
+# Mesa's EGL/OSMesa render MuJoCo cameras offscreen on the CPU.
 bash scripts/install-chromium.sh >/dev/null
+bash scripts/install-render-deps.sh >/dev/null
 
 export MPLBACKEND=Agg
 exec python3 -m pytest "$@"

@@ -57,6 +57,21 @@ def validate_types(run: Run, where: str, key: str) -> None:
     policy = _lookup(POLICIES, run.policy.type, where, f"{key}.policy.type")
     if policy is not None and policy.options is not None:
         _validate_options(policy.options, run.policy.options(), where, f"{key}.policy")
+    served = run.policy.options().get("serve")
+    served_entry = POLICIES.get(str(served.get("type"))) if isinstance(served, dict) else None
+    for entry in (policy, served_entry):
+        _check_environment_for(entry, run, where, key)
+
+
+def _check_environment_for(entry: Any, run: Run, where: str, key: str) -> None:
+    """A policy may say what it needs of the Run's environment (e.g. cameras): checked before anything runs."""
+    check = entry.info.get("check_environment") if entry is not None and isinstance(entry.info, dict) else None
+    if check is None:
+        return
+    try:
+        check(run.environment.type, run.environment.options())
+    except UserError as exc:
+        raise UserError(exc.message, where=where, key=f"{key}.{exc.key}" if exc.key else key) from None
 
 
 def _validate_builder(run: Run, info: Any, where: str, key: str) -> None:
