@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -189,7 +190,8 @@ class TestLocalInstance:
         temp = tmp_path_factory.mktemp("ray")
         saved = dict(os.environ)
         os.environ.update(plugin_env())  # Ray's workers (and the servers they start) inherit it
-        sys.path.insert(0, str(PLUGINS_DIR))  # and this driver loads the same plugins
+        sys.path.insert(0, str(PLUGINS_DIR))  # and this driver loads the same plugins, even if its registries
+        import evalfleet_test_plugins  # noqa: F401 - were loaded before the environment named them
         ray.init(num_cpus=2, include_dashboard=False, object_store_memory=OBJECT_STORE, _temp_dir=str(temp),
                  log_to_driver=False)
         yield
@@ -204,6 +206,44 @@ class TestLocalInstance:
         assert all(r.result.state == "completed" and r.error is None for r in results)
         assert_same_as_local(tmp_path / "out", local_reference)
         assert (tmp_path / "out" / "index.html").exists()
+
+    def test_task_whose_worker_dies_is_retried(self, tmp_path, local_reference):
+        """SIGKILL of the Ray worker process running a shard task: Ray retries the task, which resumes from the
+        records the driver already has; nothing is lost or run twice, results equal the local backend's."""
+        out = tmp_path / "out"
+        killed: list[int] = []
+
+        def killer():
+            deadline = time.monotonic() + 120
+            while not any(p.read_text().strip() for p in out.glob("*/parts/*.jsonl")):
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.1)
+            for entry in os.listdir("/proc"):
+                try:
+                    cmd = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
+                except OSError:
+                    continue
+                if cmd.startswith("ray::run_shard_on_worker"):
+                    os.kill(int(entry), signal.SIGKILL)
+                    killed.append(int(entry))
+                    return
+
+        thread = threading.Thread(target=killer, daemon=True)
+        thread.start()
+        slow = [*SMALL, "shared.policy.type=test_slow_expert", "shared.policy.delay_s=0.01"]
+        code, results = run_with_ray(out, overrides=slow, shard_size=4)
+        thread.join(10)
+        assert killed, "no shard task was running when records appeared"
+        assert code == 0, [(r.error, r.result) for r in results]
+        decided = [line for path in out.glob("*/parts/*.jsonl") for line in path.read_text().splitlines()
+                   if json.loads(line)["status"] != "error"]
+        assert len(decided) == 16
+        assert_same_as_local(out, local_reference)
+        # the killed worker's folder was removed by a later task on this node
+        from evalfleet.execution.ray_backend import TASK_DIR_PREFIX
+
+        assert not list(Path(tempfile.gettempdir()).glob(f"{TASK_DIR_PREFIX}{killed[0]}-*"))
 
     def test_served_policy_in_one_placement_group(self, tmp_path):
         """openpi_remote serving the scripted expert: server and runner share a placement group, the server

@@ -46,6 +46,7 @@ SHARD_TASK_RETRIES = 3  # Ray relaunches a shard task whose worker process or no
 PUSH_INTERVAL_S = 0.5  # how often a shard task sends its new record lines to the driver
 SERVER_START_TIMEOUT_S = 300.0
 LOCAL_OBJECT_STORE_BYTES = 256 * 1024 * 1024
+TASK_DIR_PREFIX = "evalfleet-ray-task-"  # + the worker's pid: a dead worker's folder is removed by the next task
 CANCEL_GRACE_S = 15.0  # after Ctrl-C, how long tasks get to stop their runners before they are killed
 
 RAY_MISSING = "the Ray backend needs Ray: pip install 'evalfleet[ray]' (or 'ray[default]>=2.60')"
@@ -371,7 +372,8 @@ def run_shard_on_worker(document: str, run: str, start: int, stop: int | None, s
     from evalfleet.rollout.runner import part_path
 
     shard = Shard(run, start, stop)
-    tmp = Path(tempfile.mkdtemp(prefix="evalfleet-ray-"))
+    _remove_stale_folders()
+    tmp = Path(tempfile.mkdtemp(prefix=f"{TASK_DIR_PREFIX}{os.getpid()}-"))
     try:
         if server is not None:
             from evalfleet.serving.bindings import binding_for
@@ -435,6 +437,14 @@ def run_shard_on_worker(document: str, run: str, start: int, stop: int | None, s
                 "placement_group": context.get_placement_group_id(), "server": list(server) if server else None}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _remove_stale_folders() -> None:
+    """Folders of shard tasks whose worker process was killed (Ray then retries the task elsewhere)."""
+    for path in Path(tempfile.gettempdir()).glob(f"{TASK_DIR_PREFIX}*-*"):
+        pid = path.name[len(TASK_DIR_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists() and os.path.exists("/proc/self"):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 class PolicyServer:
