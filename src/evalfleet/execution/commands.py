@@ -18,7 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_experiment_args(p)
     p.add_argument("--output", "-o", metavar="DIR", help="output folder (default: outputs/<name>-<time>)")
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count)")
-    p.add_argument("--backend", choices=["local"], default="local", help="where episodes run")
+    p.add_argument("--backend", choices=["local", "ray"], default="local", help="where episodes run")
+    p.add_argument("--ray-address", metavar="ADDR", default=None,
+                   help="Ray cluster address (HOST:6379 or auto); default: a local Ray instance sized to this machine")
     p.add_argument("--resume", action="store_true", help="continue an interrupted output folder")
     p.add_argument("--shard-size", type=int, default=None, help="episodes per shard (default: chosen for --workers)")
     p.add_argument("--list-overrides", action="store_true", help="print every overridable key and exit")
@@ -62,6 +64,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print_overrides(path, args.overrides)
         return 0
     workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
+    if args.ray_address and args.backend != "ray":
+        raise UserError("--ray-address needs --backend ray", where="command line", key="--ray-address")
     if workers <= 0:
         raise UserError("--workers must be at least 1", where="command line", key="--workers")
     if args.shard_size is not None and args.shard_size <= 0:
@@ -69,7 +73,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     loaded = load_experiment(path, args.overrides)
     require_executable(loaded.experiment.runs, path)
     out = Path(args.output) if args.output else default_output(loaded)
+    if args.backend == "ray":
+        from evalfleet.execution.ray_backend import check_ray_arguments
+
+        check_ray_arguments(args.ray_address)
     prepare_output(out, loaded, resume=args.resume)
+    if args.backend == "ray":
+        from evalfleet.execution.ray_backend import run_ray_backend
+        from evalfleet.execution.watchdog import WatchdogConfig
+
+        watchdog = WatchdogConfig(startup_timeout=args.startup_timeout, stall_timeout=args.stall_timeout,
+                                  max_restarts=args.max_restarts, poll=0.5, term_grace=5.0, backoff=1.0, backoff_max=30.0)
+        return run_ray_backend(loaded, out, address=args.ray_address, workers=args.workers,
+                               shard_size=args.shard_size, show_progress=not args.no_progress, watchdog=watchdog)
     return run_local(loaded, out, workers=workers, shard_size=args.shard_size, show_progress=not args.no_progress,
                      stall_timeout=args.stall_timeout, startup_timeout=args.startup_timeout,
                      max_restarts=args.max_restarts)

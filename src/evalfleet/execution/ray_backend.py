@@ -63,6 +63,15 @@ def _import_ray() -> Any:
 # ------------------------------------------------------------------------------------------ the driver side
 
 
+def check_ray_arguments(address: str | None) -> None:
+    """What can be refused before anything is written: Ray missing, a Jobs API address given to `run`."""
+    _import_ray()
+    if address and address.startswith(("http://", "https://")):
+        raise UserError(f"{address} looks like the Ray Jobs API (dashboard) address: give `evalfleet run` the "
+                        "cluster address (HOST:6379, or auto), or submit with `evalfleet submit --backend ray "
+                        f"--ray-address {address}`", where="command line", key="--ray-address")
+
+
 def run_ray(loaded: Any, out: Path, *, address: str | None = None, workers: int | None = None,
             shard_size: int | None = None, show_progress: bool = True,
             watchdog: WatchdogConfig | None = None) -> list[WorkerResult]:
@@ -80,10 +89,7 @@ def run_ray(loaded: Any, out: Path, *, address: str | None = None, workers: int 
     from evalfleet.experiment.plan import make_plan
 
     console = Console(stderr=True)
-    if address and address.startswith(("http://", "https://")):
-        raise UserError(f"{address} looks like the Ray Jobs API (dashboard) address: give `evalfleet run` the "
-                        "cluster address (HOST:6379, or auto), or submit with `evalfleet submit --backend ray "
-                        f"--ray-address {address}`", where="command line", key="--ray-address")
+    check_ray_arguments(address)
     started = False
     if not ray.is_initialized():
         kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": "WARNING"}
