@@ -14,13 +14,12 @@ import os
 import shutil
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalfleet.execution.output_dir import INTERNAL_DIR, write_run_status
-from evalfleet.execution.progress import ProgressTracker
+from evalfleet.execution.output_dir import INTERNAL_DIR, mark_runs_running
+from evalfleet.execution.progress import ProgressTracker, watch_progress
 from evalfleet.execution.watchdog import WatchdogConfig, WatchdogResult, supervise
 from evalfleet.experiment.plan import Plan, Shard
 
@@ -72,9 +71,7 @@ class LocalRun:
     def execute(self) -> list[WorkerResult]:
         internal = self.out / INTERNAL_DIR
         internal.mkdir(parents=True, exist_ok=True)
-        for name, rp in self.plan.runs.items():
-            write_run_status(self.out, name, task=rp.task, policy=rp.policy,
-                             planned_episodes=rp.num_episodes, state="running", reason=None)
+        mark_runs_running(self.out, self.plan)
         # Claims of an earlier invocation would strand shards on workers that no longer exist; the
         # logs, not the claims, say what is done.
         shutil.rmtree(self.claim_dir, ignore_errors=True)
@@ -84,11 +81,9 @@ class LocalRun:
         threads = [threading.Thread(target=self._supervise, args=(r, internal), daemon=True) for r in results]
         for t in threads:
             t.start()
-        tracker = ProgressTracker(
-            self.out, {n: (rp.num_episodes or 0, rp.run.max_attempts) for n, rp in self.plan.runs.items()}
-        )
+        tracker = ProgressTracker.for_plan(self.out, self.plan)
         try:
-            self._watch(threads, tracker)
+            watch_progress(threads, tracker, self.show_progress)
         except KeyboardInterrupt:
             self.stop.set()
             for t in threads:
@@ -118,35 +113,6 @@ class LocalRun:
         except Exception as exc:  # noqa: BLE001 - reported as this worker's failure
             result.error = f"{type(exc).__name__}: {exc}"
         result.shards = self.claimed_by(result.worker)
-
-    def _watch(self, threads: list[threading.Thread], tracker: ProgressTracker) -> None:
-        if not self.show_progress:
-            while any(t.is_alive() for t in threads):
-                time.sleep(0.5)
-            tracker.poll()
-            return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-        columns = [
-            TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]:>8}"), TextColumn("ETA"), TimeRemainingColumn(), TimeElapsedColumn(),
-        ]
-        tracker.poll()
-        with Progress(*columns, refresh_per_second=4, transient=False) as progress:
-            total_id = progress.add_task("all runs", total=tracker.total_planned or None, rate="")
-            ids = {n: progress.add_task(f"  {n}", total=p.planned or None, rate="") for n, p in tracker.runs.items()}
-            start_done, start = tracker.total_done, time.monotonic()
-            while True:
-                alive = any(t.is_alive() for t in threads)
-                tracker.poll()
-                elapsed = max(1e-6, time.monotonic() - start)
-                rate = (tracker.total_done - start_done) / elapsed
-                progress.update(total_id, completed=tracker.total_done, rate=f"{rate:.1f} ep/s")
-                for name, task_id in ids.items():
-                    progress.update(task_id, completed=tracker.done(name))
-                if not alive:
-                    break
-                time.sleep(0.25)
 
 
 def claim_name(shard: Shard) -> str:

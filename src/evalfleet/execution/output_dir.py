@@ -13,8 +13,8 @@ import yaml
 from evalfleet.errors import UserError
 from evalfleet.experiment.loading import LoadedExperiment
 
-EXPERIMENT_FILE = "experiment.yaml"
-STATUS_FILE = "run_status.json"
+from evalfleet.outputs.collect import EXPERIMENT_FILE, STATUS_FILE
+
 INTERNAL_DIR = ".evalfleet"  # worker logs and heartbeats
 
 
@@ -57,3 +57,10 @@ def write_run_status(out: Path, run: str, **fields: Any) -> None:
         current = {"run": run}
     current.update(fields)
     write_atomic(path, json.dumps(current, indent=1) + "\n")
+
+
+def mark_runs_running(out: Path, plan: Any) -> None:
+    """Each Run's run_status.json says what a backend starts: its tags, planned episodes, state running."""
+    for name, rp in plan.runs.items():
+        write_run_status(out, name, task=rp.task, policy=rp.policy, planned_episodes=rp.num_episodes,
+                         state="running", reason=None)

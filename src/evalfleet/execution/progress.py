@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from evalfleet.rollout.runner import run_log_files
 
@@ -88,3 +90,38 @@ class ProgressTracker:
     @property
     def total_planned(self) -> int:
         return sum(p.planned for p in self.runs.values())
+
+    @classmethod
+    def for_plan(cls, out_dir: Path, plan: Any) -> "ProgressTracker":
+        return cls(out_dir, {n: (rp.num_episodes or 0, rp.run.max_attempts) for n, rp in plan.runs.items()})
+
+
+def watch_progress(threads: list[threading.Thread], tracker: ProgressTracker, show: bool = True) -> None:
+    """Until every thread has ended: a live bar overall and per Run (done/total, episodes/s, ETA)."""
+    if not show:
+        while any(t.is_alive() for t in threads):
+            time.sleep(0.5)
+        tracker.poll()
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    columns = [
+        TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]:>8}"), TextColumn("ETA"), TimeRemainingColumn(), TimeElapsedColumn(),
+    ]
+    tracker.poll()
+    with Progress(*columns, refresh_per_second=4, transient=False) as progress:
+        total_id = progress.add_task("all runs", total=tracker.total_planned or None, rate="")
+        ids = {n: progress.add_task(f"  {n}", total=p.planned or None, rate="") for n, p in tracker.runs.items()}
+        start_done, start = tracker.total_done, time.monotonic()
+        while True:
+            alive = any(t.is_alive() for t in threads)
+            tracker.poll()
+            elapsed = max(1e-6, time.monotonic() - start)
+            rate = (tracker.total_done - start_done) / elapsed
+            progress.update(total_id, completed=tracker.total_done, rate=f"{rate:.1f} ep/s")
+            for name, task_id in ids.items():
+                progress.update(task_id, completed=tracker.done(name))
+            if not alive:
+                break
+            time.sleep(0.25)

@@ -38,7 +38,7 @@ import yaml
 
 from evalfleet.errors import UserError
 from evalfleet.execution.local import WorkerResult
-from evalfleet.execution.output_dir import INTERNAL_DIR, write_run_status
+from evalfleet.execution.output_dir import INTERNAL_DIR, mark_runs_running
 from evalfleet.execution.watchdog import WatchdogConfig, WatchdogResult
 from evalfleet.experiment.plan import Plan, Shard
 
@@ -84,8 +84,7 @@ def run_ray(loaded: Any, out: Path, *, address: str | None = None, workers: int 
     ray = _import_ray()
     from rich.console import Console
 
-    from evalfleet.execution.local import LocalRun
-    from evalfleet.execution.progress import ProgressTracker
+    from evalfleet.execution.progress import ProgressTracker, watch_progress
     from evalfleet.experiment.plan import make_plan
 
     console = Console(stderr=True)
@@ -112,14 +111,11 @@ def run_ray(loaded: Any, out: Path, *, address: str | None = None, workers: int 
         console.print(f"[bold]{loaded.experiment.name}[/]: {len(plan.runs)} Runs, {plan.total_episodes} episodes, "
                       f"{len(plan.shards)} shards on Ray ({cpus} CPUs) → {out}")
         job = RayRun(plan, out, watchdog or WatchdogConfig(poll=0.5, term_grace=5.0, backoff=1.0, backoff_max=30.0))
-        for name, rp in plan.runs.items():
-            write_run_status(out, name, task=rp.task, policy=rp.policy, planned_episodes=rp.num_episodes,
-                             state="running", reason=None)
+        mark_runs_running(out, plan)
         thread = threading.Thread(target=job.execute, daemon=True, name="ray-driver")
         thread.start()
-        tracker = ProgressTracker(out, {n: (rp.num_episodes or 0, rp.run.max_attempts) for n, rp in plan.runs.items()})
         try:
-            LocalRun(plan, out, 1, show_progress=show_progress)._watch([thread], tracker)
+            watch_progress([thread], ProgressTracker.for_plan(out, plan), show_progress)
         except KeyboardInterrupt:
             job.stop.set()
             thread.join()

@@ -102,14 +102,15 @@ class ShardRunner:
         self._policy: Any = None
 
     # -- what to run ---------------------------------------------------------------------------
-    def _pending(self, shard: Shard) -> tuple[collections.deque, dict[int, int]]:
+    def _pending(self, shard: Shard) -> collections.deque:
+        """(episode, attempt) of every episode of the shard that is not decided yet."""
         done = latest_records(self.out_dir, self.plan.name)
         max_attempts = self.run.max_attempts
         attempts = {ep: int(rec.get("attempt", 1)) for ep, rec in done.items()}
         if shard.stop is None:
-            return collections.deque(), attempts
+            return collections.deque()
         todo = [i for i in shard.indices() if i not in done or not is_decided(done[i], max_attempts)]
-        return collections.deque((i, attempts.get(i, 0) + 1) for i in todo), attempts
+        return collections.deque((i, attempts.get(i, 0) + 1) for i in todo)
 
     def _budget_steps_done(self) -> tuple[int, int]:
         done = latest_records(self.out_dir, self.plan.name)
@@ -125,7 +126,7 @@ class ShardRunner:
 
     def run_shard(self, shard: Shard) -> ShardOutcome:
         outcome = ShardOutcome(self.plan.name, shard.id)
-        queue, _ = self._pending(shard)
+        queue = self._pending(shard)
         budget = None
         next_index = 0
         if shard.stop is None:
