@@ -9,7 +9,6 @@ and a Run with a variation disabled is a matched control arm.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 from dataclasses import dataclass, field
@@ -19,14 +18,9 @@ import numpy as np
 
 from evalfleet.experiment.loading import LoadedExperiment
 from evalfleet.experiment.schema import Run
+from evalfleet.seeding import stable_hash
 
 SEED_MODULUS = 2**31  # simulators take 32-bit signed seeds
-
-
-def stable_hash(*parts: Any) -> int:
-    """A 63-bit hash that is the same on every machine and Python run (unlike `hash`)."""
-    text = "\x1f".join(str(p) for p in parts)
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> 1
 
 
 def episode_seed(experiment_seed: int, task: str, index: int) -> int:

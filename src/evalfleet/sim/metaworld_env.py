@@ -13,7 +13,7 @@ from typing import Any
 import mujoco
 import numpy as np
 
-from evalfleet.experiment.plan import stable_hash
+from evalfleet.seeding import stable_hash
 from evalfleet.sim.base import StepResult
 from evalfleet.sim.metaworld_spec import TASK_INSTRUCTIONS, MetaworldOptions
 
