@@ -15,7 +15,8 @@ from outputs_helpers import record, write_jsonl, write_status
 
 from evalfleet.analysis.stats import wilson_interval
 from evalfleet.errors import UserError
-from evalfleet.outputs.collect import collect, merge_records, parse_record_lines
+from evalfleet.outputs.collect import collect, parse_record_lines
+from evalfleet.rollout.records import RunRecords, RunScope
 from evalfleet.outputs.report import write_report
 
 
@@ -38,12 +39,20 @@ def test_merge_keeps_latest_record_per_episode_sorted():
     first = [({"episode": 2, "timestamp": 5.0, "v": "old"}, "a"), ({"episode": 0, "timestamp": 1.0}, "b")]
     second = [({"episode": 2, "timestamp": 9.0, "v": "new"}, "c"), ({"episode": 1, "timestamp": 2.0}, "d"),
               ({"episode": 0, "timestamp": 1.0, "v": "same time, later line"}, "e")]
-    records, lines = merge_records([first, second])
-    assert [r["episode"] for r in records] == [0, 1, 2]
-    assert lines == ["e", "d", "c"]
-    # An older record read later does not replace a newer one.
-    records, _ = merge_records([second, first])
-    assert records[2]["v"] == "new"
+    def merge(*chunks):
+        merged = RunRecords(RunScope("r"))
+        for chunk in chunks:
+            for rec, line in chunk:
+                merged.add(rec, line)
+        return merged
+
+    merged = merge(first, second)
+    assert [r["episode"] for r in merged.records] == [0, 1, 2]
+    assert merged.lines == ["e", "d", "c"]
+    # An older record read later does not replace a newer one: it is a stale duplicate, set aside.
+    merged = merge(second, first)
+    assert merged.records[2]["v"] == "new"
+    assert merged.set_aside.stale == 1
 
 
 def test_collect_in_place(sample_output: Path):

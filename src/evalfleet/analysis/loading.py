@@ -8,11 +8,14 @@ Accepted inputs:
 - single `.jsonl` files (Arena's `--episode_results FILE.jsonl`).
 
 Records are normalised (run from `run`/`job_name`/the folder name; `status` from `success` when absent),
-then deduplicated with evalfleet.rollout.records (the last complete record of an episode wins).
+then merged per Run by evalfleet.rollout.records.RunRecords, the rule the runner and collect use: one record per
+planned episode (the plan's size from the Run folder's run_status.json), records of another Run found in a Run's
+folder and episodes outside the plan set aside.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tarfile
 import tempfile
@@ -21,7 +24,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Iterable
 
 from evalfleet.errors import UserError
-from evalfleet.rollout.records import STATUSES, iter_record_dicts, latest_by_episode
+from evalfleet.rollout.records import STATUSES, RunRecords, RunScope, SetAside, iter_record_dicts
 
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 LOOKED_FOR = "episode_results*.jsonl, <run>/parts/*.jsonl or .tar/.tar.gz archives of them"
@@ -33,6 +36,7 @@ class RecordSet:
 
     records: list[dict[str, Any]]
     sources: list[str] = field(default_factory=list)
+    set_aside: SetAside = field(default_factory=SetAside)  # found but not counted (records.RunRecords)
 
     @property
     def rated(self) -> list[dict[str, Any]]:
@@ -97,7 +101,8 @@ class _Normaliser:
                 key = (source, line)
             per_run = self._synthetic.setdefault(rec["run"], {})
             rec["episode"] = per_run.setdefault(key, len(per_run))
-        rec["episode"] = int(rec["episode"])
+        elif isinstance(rec["episode"], str) and rec["episode"].isdigit():
+            rec["episode"] = int(rec["episode"])  # anything else that is not an integer is set aside, not counted
         status = rec.get("status")
         if status not in STATUSES:
             success = rec.get("success")
@@ -114,13 +119,47 @@ def _truthy(value: Any) -> bool:
     return bool(value)
 
 
-def _read_file(path: Path, *, default_run: str, source: str, normalise: _Normaliser) -> Iterable[dict[str, Any]]:
-    for i, raw in enumerate(iter_record_dicts(path)):
-        yield normalise(raw, default_run=default_run, source=source, line=i)
+@dataclass
+class _Merger:
+    """Every Run's RunRecords, fed file by file."""
+
+    normalise: _Normaliser
+    runs: dict[str, RunRecords] = field(default_factory=dict)
+    planned: dict[str, int] = field(default_factory=dict)
+
+    def _run(self, name: str) -> RunRecords:
+        if name not in self.runs:
+            self.runs[name] = RunRecords(RunScope(name, self.planned.get(name)))
+        return self.runs[name]
+
+    def read(self, path: Path, *, default_run: str, source: str, in_run_folder: bool) -> None:
+        """`in_run_folder`: the file lies in a Run's folder, so a record naming another Run is foreign there."""
+        for i, raw in enumerate(iter_record_dicts(path)):
+            rec = self.normalise(raw, default_run=default_run, source=source, line=i)
+            if in_run_folder and rec["run"] != default_run:
+                self._run(default_run).set_aside.count("foreign", source)
+                continue
+            self._run(rec["run"]).add(rec, None, source)
+
+    def result(self) -> tuple[list[dict[str, Any]], SetAside]:
+        aside = SetAside()
+        records = []
+        for name in sorted(self.runs):
+            records += self.runs[name].records
+            aside.add(self.runs[name].set_aside)
+        return records, aside
 
 
-def _read_archive(path: Path, normalise: _Normaliser, sources: list[str]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+def _planned_episodes(run_dir: Path) -> int | None:
+    try:
+        status = json.loads((run_dir / "run_status.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    planned = status.get("planned_episodes") if isinstance(status, dict) else None
+    return planned if isinstance(planned, int) and not isinstance(planned, bool) and planned >= 0 else None
+
+
+def _read_archive(path: Path, merger: _Merger, sources: list[str]) -> None:
     try:
         archive = tarfile.open(path, "r:*")
     except (tarfile.TarError, OSError) as exc:
@@ -135,10 +174,8 @@ def _read_archive(path: Path, normalise: _Normaliser, sources: list[str]) -> lis
             local.write_bytes(fileobj.read())
             source = f"{path}!{rel}"
             sources.append(source)
-            out.extend(
-                _read_file(local, default_run=default_run_name(rel, path.name), source=source, normalise=normalise)
-            )
-    return out
+            merger.read(local, default_run=default_run_name(rel, path.name), source=source,
+                        in_run_folder=rel.parent != PurePosixPath("."))
 
 
 def _walk(root: Path) -> tuple[list[PurePosixPath], list[Path]]:
@@ -160,30 +197,35 @@ def load_records(inputs: Iterable[str | os.PathLike[str]]) -> RecordSet:
     inputs = [Path(p) for p in inputs]
     if not inputs:
         raise UserError("no input given; pass an output folder or --episode-results FILE.jsonl", where="command line")
-    normalise = _Normaliser()
-    raw: list[dict[str, Any]] = []
+    merger = _Merger(_Normaliser())
     sources: list[str] = []
     for path in inputs:
         if not path.exists():
             raise UserError("no such file or folder; expected an output folder, a .jsonl file or a .tar archive", where=str(path))
         if path.is_dir():
             files, archives = _walk(path)
-            for rel in select_record_files(files):
+            chosen = select_record_files(files)
+            for rel in chosen:
+                run_dir = path / rel.parent
+                if run_dir.name == "parts":
+                    run_dir = run_dir.parent
+                planned = _planned_episodes(run_dir)
+                if planned is not None:
+                    merger.planned.setdefault(default_run_name(rel, path.resolve().name), planned)
+            for rel in chosen:
                 full = path / rel
                 sources.append(str(full))
-                raw.extend(
-                    _read_file(full, default_run=default_run_name(rel, path.resolve().name), source=str(full), normalise=normalise)
-                )
+                merger.read(full, default_run=default_run_name(rel, path.resolve().name), source=str(full),
+                            in_run_folder=True)
             for archive in archives:
-                raw.extend(_read_archive(archive, normalise, sources))
+                _read_archive(archive, merger, sources)
         elif is_archive(path):
-            raw.extend(_read_archive(path, normalise, sources))
+            _read_archive(path, merger, sources)
         else:
             sources.append(str(path))
-            raw.extend(_read_file(path, default_run=path.resolve().parent.name, source=str(path), normalise=normalise))
-    latest = latest_by_episode(raw)
-    records = [latest[k] for k in sorted(latest)]
+            merger.read(path, default_run=path.resolve().parent.name, source=str(path), in_run_folder=False)
+    records, set_aside = merger.result()
     if not records:
         where = ", ".join(str(p) for p in inputs)
         raise UserError(f"no episode records found (looked for {LOOKED_FOR})", where=where)
-    return RecordSet(records=records, sources=sources)
+    return RecordSet(records=records, sources=sources, set_aside=set_aside)

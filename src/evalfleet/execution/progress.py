@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalfleet.rollout.records import RunScope
 from evalfleet.rollout.runner import run_log_files
 
 
@@ -68,9 +69,9 @@ class ProgressTracker:
                         rec = json.loads(line)
                     except ValueError:
                         continue
-                    ep = rec.get("episode")
-                    if not isinstance(ep, int):
-                        continue
+                    if not isinstance(rec, dict) or RunScope(name, progress.planned or None).reason_to_reject(rec):
+                        continue  # never counted (records.RunScope), so never shown as progress
+                    ep = rec["episode"]
                     status = rec.get("status")
                     if status in ("success", "failure"):
                         progress.decided.add(ep)

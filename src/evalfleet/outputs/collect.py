@@ -2,7 +2,8 @@
 
 For each Run found in the sources (a folder holding `episode_results.jsonl`, `parts/*.jsonl` and/or
 `run_status.json`), collect writes `<run>/episode_results.jsonl` — one line per episode, sorted by episode,
-duplicates resolved to the last complete record (latest timestamp, then later line), torn lines dropped —,
+duplicates resolved by the one rule of `records.RunRecords`, records of other Runs or outside the plan set
+aside and counted, torn lines dropped —,
 copies `<run>/videos/**`, `plots/**` and `experiment.yaml`, and writes `experiment_result.json` with each Run's
 status, counts, success rate with its 95% Wilson interval, timings and provenance.
 
@@ -20,7 +21,7 @@ from typing import Any
 from evalfleet.errors import UserError
 from evalfleet.outputs.storage import Location, is_url, open_location
 from evalfleet.outputs.summary import RESULT_FILE, build_result, provenance, summarise_run
-from evalfleet.rollout.records import RECORDS_FILE
+from evalfleet.rollout.records import RECORDS_FILE, RunRecords, RunScope, SetAside
 
 log = logging.getLogger("evalfleet.outputs")
 
@@ -51,6 +52,7 @@ class RunData:
     records: list[dict[str, Any]]  # latest record per episode, sorted by episode
     lines: list[str]  # the records' original JSON lines, same order
     status: dict[str, Any] | None
+    set_aside: SetAside = field(default_factory=SetAside)
     summary: dict[str, Any] | None = None
 
 
@@ -98,7 +100,8 @@ def _basename(loc: Location) -> str:
 # --- reading and merging records ---------------------------------------------------------------------
 
 def parse_record_lines(data: bytes) -> list[tuple[dict[str, Any], str]]:
-    """(record, line) for every complete JSON object line; a torn last line and garbled lines are dropped."""
+    """(record, line) for every complete JSON object line; a torn last line and garbled lines are dropped.
+    Which of them count for a Run is `RunRecords`' decision."""
     text = data.decode("utf-8", errors="replace")
     lines = text.split("\n")
     lines.pop()  # the text after the last "\n": empty, or a torn line
@@ -111,26 +114,9 @@ def parse_record_lines(data: bytes) -> list[tuple[dict[str, Any], str]]:
             rec = json.loads(line)
         except ValueError:
             continue
-        if isinstance(rec, dict) and isinstance(rec.get("episode", rec.get("env_id")), int):
+        if isinstance(rec, dict):
             out.append((rec, line))
     return out
-
-
-def merge_records(chunks: list[list[tuple[dict[str, Any], str]]]) -> tuple[list[dict[str, Any]], list[str]]:
-    """Latest record per episode (by timestamp, then by read order), sorted by episode."""
-    best: dict[int, tuple[float, int, dict[str, Any], str]] = {}
-    seq = 0
-    for chunk in chunks:
-        for rec, line in chunk:
-            seq += 1
-            ep = rec.get("episode", rec.get("env_id"))
-            ts = rec.get("timestamp")
-            ts = float(ts) if isinstance(ts, (int, float)) else float("-inf")
-            cur = best.get(ep)
-            if cur is None or (ts, seq) >= (cur[0], cur[1]):
-                best[ep] = (ts, seq, rec, line)
-    order = sorted(best)
-    return [best[e][2] for e in order], [best[e][3] for e in order]
 
 
 def _merge_status(statuses: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -150,16 +136,11 @@ def _merge_status(statuses: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def read_run(name: str, sources: list[RunSource], *, merged_only: bool = False) -> RunData:
-    """Merge a Run's records from all its sources. `merged_only`: where a collected episode_results.jsonl
-    exists, read it alone (the report of a collected folder), not the shard logs it was made from."""
-    chunks = []
+    """Merge a Run's records from all its sources, plan-aware (records.RunRecords): the planned episode
+    count comes from run_status.json. `merged_only`: where a collected episode_results.jsonl exists, read it
+    alone (the report of a collected folder), not the shard logs it was made from."""
     statuses = []
     for src in sources:
-        files = src.record_files
-        if merged_only and files and files[0].endswith(RECORDS_FILE):
-            files = files[:1]
-        for rel in files:
-            chunks.append(parse_record_lines(src.location.read_bytes(rel)))
         if src.status_file:
             try:
                 status = json.loads(src.location.read_bytes(src.status_file))
@@ -168,8 +149,19 @@ def read_run(name: str, sources: list[RunSource], *, merged_only: bool = False) 
             if not isinstance(status, dict):
                 raise UserError("expected a JSON object", where=src.location.display(src.status_file))
             statuses.append(status)
-    records, lines = merge_records(chunks)
-    return RunData(name=name, sources=sources, records=records, lines=lines, status=_merge_status(statuses))
+    status = _merge_status(statuses)
+    planned = (status or {}).get("planned_episodes")
+    merged = RunRecords(RunScope(name, planned if isinstance(planned, int) and not isinstance(planned, bool) else None))
+    for src in sources:
+        files = src.record_files
+        if merged_only and files and files[0].endswith(RECORDS_FILE):
+            files = files[:1]
+        for rel in files:
+            where = src.location.display(rel)
+            for rec, line in parse_record_lines(src.location.read_bytes(rel)):
+                merged.add(rec, line, where)
+    return RunData(name=name, sources=sources, records=merged.records, lines=[str(line) for line in merged.lines],
+                   status=status, set_aside=merged.set_aside)
 
 
 def load_runs(locations: list[Location], *, merged_only: bool = False) -> list[RunData]:
@@ -243,7 +235,7 @@ def _collect(sources: list[str], output: str, *, endpoint_url: str | None, repor
             for rel in loc.walk_files(PLOTS_DIR):
                 _copy_if_changed(loc, rel, dest, rel)
 
-    summaries = [summarise_run(r.name, r.records, r.status) for r in runs]
+    summaries = [summarise_run(r.name, r.records, r.status, set_aside=r.set_aside) for r in runs]
     for run, summary in zip(runs, summaries):
         run.summary = summary
     result = build_result(summaries, provenance(experiment_bytes, sources=[_safe_url(s) for s in sources]))

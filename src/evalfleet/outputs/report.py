@@ -89,6 +89,11 @@ def _summary_table(result: dict[str, Any]) -> str:
     for r in result["runs"].values():
         c = r["counts"]
         reason = f'<div class="reason">{_e(r["reason"])}</div>' if r.get("reason") else ""
+        aside = r.get("set_aside") or {}
+        if aside.get("total"):
+            reason += (f'<div class="note set-aside">{_e(aside["total"])} record(s) set aside, not counted: '
+                       f'{_e(aside.get("foreign", 0))} of another Run, {_e(aside.get("out_of_plan", 0))} outside '
+                       f'the plan, {_e(aside.get("stale", 0))} stale duplicate(s)</div>')
         t = r.get("timings") or {}
         rows.append(
             f'<tr data-run="{_e(r["run"])}" data-status="{_e(r["status"])}">'
@@ -298,7 +303,8 @@ def render_report(result: dict[str, Any], runs: list[Any], *, plots: Iterable[st
     title = title or "evalfleet report"
     overview = (f'{summary.get("runs", 0)} Runs: ' + ", ".join(f"{n} {s}" for s, n in by_status.items() if n)
                 + f' · {eps.get("recorded", 0)} episodes recorded ({eps.get("success", 0)} success, '
-                f'{eps.get("failure", 0)} failure, {eps.get("error", 0)} error, {eps.get("missing", 0)} missing)')
+                f'{eps.get("failure", 0)} failure, {eps.get("error", 0)} error, {eps.get("missing", 0)} missing)'
+                + (f' · {eps["set_aside"]} records set aside' if eps.get("set_aside") else ""))
     meta = {"title": title}
     page = _asset("template.html")
     replacements = {
@@ -346,7 +352,8 @@ def write_report(directory: str | os.PathLike[str], *, title: str | None = None)
     if result is None:
         experiment = os.path.join(directory, "experiment.yaml")
         exp_bytes = open(experiment, "rb").read() if os.path.exists(experiment) else None
-        result = build_result([summarise_run(r.name, r.records, r.status) for r in runs], provenance(exp_bytes))
+        result = build_result([summarise_run(r.name, r.records, r.status, set_aside=r.set_aside) for r in runs],
+                              provenance(exp_bytes))
     plots_dir = os.path.join(directory, "plots")
     plots = []
     if os.path.isdir(plots_dir):

@@ -17,6 +17,7 @@ from typing import Any, Iterable
 
 from evalfleet import __version__
 from evalfleet.analysis.stats import wilson_interval
+from evalfleet.rollout.records import SetAside, record_episode
 
 RESULT_FILE = "experiment_result.json"
 RESULT_SCHEMA = "evalfleet.experiment_result/1"
@@ -35,9 +36,11 @@ def success_rate(successes: int, decided: int) -> tuple[float | None, list[float
 
 
 def summarise_run(name: str, records: list[dict[str, Any]], status: dict[str, Any] | None,
-                  *, records_file: str | None = None) -> dict[str, Any]:
-    """One Run's entry in experiment_result.json. `records` are the merged (latest-per-episode) records."""
+                  *, records_file: str | None = None, set_aside: SetAside | None = None) -> dict[str, Any]:
+    """One Run's entry in experiment_result.json. `records` are the ones that count (records.RunRecords: one
+    per planned episode); `set_aside` says how many others were found and kept out of every count."""
     status = status or {}
+    set_aside = set_aside or SetAside()
     counts = {"success": 0, "failure": 0, "error": 0}
     durations: list[float] = []
     timestamps: list[float] = []
@@ -48,7 +51,7 @@ def summarise_run(name: str, records: list[dict[str, Any]], status: dict[str, An
         if st not in counts:
             st = "error"
         counts[st] += 1
-        recorded_episodes.add(int(rec.get("episode", rec.get("env_id", -1))))
+        recorded_episodes.add(record_episode(rec))
         d = rec.get("duration_s")
         if isinstance(d, (int, float)):
             durations.append(float(d))
@@ -115,6 +118,9 @@ def summarise_run(name: str, records: list[dict[str, Any]], status: dict[str, An
         "records_file": records_file or f"{name}/episode_results.jsonl",
         "backend_state": state,
     }
+    if set_aside.total:
+        notes.append(set_aside.describe())
+    summary["set_aside"] = set_aside.to_json()
     if notes:
         summary["notes"] = notes
     return summary
@@ -175,13 +181,14 @@ def provenance(experiment_yaml: bytes | None, *, sources: list[str] | None = Non
 
 def build_result(runs: list[dict[str, Any]], prov: dict[str, Any]) -> dict[str, Any]:
     by_status = {s: 0 for s in RUN_STATUSES}
-    totals = {"success": 0, "failure": 0, "error": 0, "missing": 0, "recorded": 0}
+    totals = {"success": 0, "failure": 0, "error": 0, "missing": 0, "recorded": 0, "set_aside": 0}
     for r in runs:
         by_status[r["status"]] += 1
         for k in ("success", "failure", "error"):
             totals[k] += r["counts"][k]
         totals["missing"] += r["counts"]["missing"] or 0
         totals["recorded"] += r["episodes_recorded"]
+        totals["set_aside"] += (r.get("set_aside") or {}).get("total", 0)
     return {
         "schema": RESULT_SCHEMA,
         "provenance": prov,

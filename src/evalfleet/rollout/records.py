@@ -120,23 +120,137 @@ def iter_record_dicts(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
         return
 
 
-def latest_by_episode(records: Iterable[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
-    """(run, episode) → the last complete record of it (later lines win)."""
-    latest: dict[tuple[str, int], dict[str, Any]] = {}
-    for rec in records:
-        run = rec.get("run", rec.get("job_name"))
-        episode = rec.get("episode", rec.get("env_id"))
-        if run is None or episode is None:
-            continue
-        latest[(str(run), int(episode))] = rec
-    return latest
+# --- which records count: one plan-aware rule for the runner, collect, resume, progress and analysis ---
+
+def record_run(rec: dict[str, Any]) -> str | None:
+    run = rec.get("run", rec.get("job_name"))
+    return run if isinstance(run, str) else None
 
 
-def read_records(paths: Iterable[str | os.PathLike[str]]) -> list[dict[str, Any]]:
-    """Records from several files, deduplicated (last wins, files in the order given), sorted by (run, episode)."""
-    def all_lines() -> Iterator[dict[str, Any]]:
-        for p in paths:
-            yield from iter_record_dicts(p)
+def record_episode(rec: dict[str, Any]) -> int | None:
+    """The plan index a record claims, or None when it is not a non-negative integer (`true` is not 1)."""
+    ep = rec.get("episode", rec.get("env_id"))
+    return ep if isinstance(ep, int) and not isinstance(ep, bool) and ep >= 0 else None
 
-    latest = latest_by_episode(all_lines())
-    return [latest[k] for k in sorted(latest)]
+
+def _attempt(rec: dict[str, Any]) -> int:
+    a = rec.get("attempt", 1)
+    return a if isinstance(a, int) and not isinstance(a, bool) else 1
+
+
+def _timestamp(rec: dict[str, Any]) -> float:
+    t = rec.get("timestamp")
+    if isinstance(t, (int, float)) and not isinstance(t, bool) and t == t:  # NaN sorts nowhere
+        return float(t)
+    return float("-inf")
+
+
+@dataclass(frozen=True)
+class RunScope:
+    """What belongs to one Run: records naming this Run (or naming none, found in its folder) for one of its
+    planned episodes 0..planned-1 (`planned` None: open-ended, a num_steps Run or a plan not known)."""
+
+    run: str
+    planned: int | None = None
+
+    def reason_to_reject(self, rec: dict[str, Any]) -> str | None:
+        """None if the record is one of this Run's planned episodes, else "foreign" or "out_of_plan"."""
+        run = record_run(rec)
+        if run is not None and run != self.run:
+            return "foreign"
+        ep = record_episode(rec)
+        if ep is None or (self.planned is not None and ep >= self.planned):
+            return "out_of_plan"
+        return None
+
+
+@dataclass
+class SetAside:
+    """Records kept out of a Run's counts, and where they were found."""
+
+    foreign: int = 0  # another Run's records
+    out_of_plan: int = 0  # an episode that is not one of the Run's planned indices
+    stale: int = 0  # a duplicate older than the record kept for its episode, read after it
+    sources: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return self.foreign + self.out_of_plan + self.stale
+
+    def count(self, kind: str, source: str) -> None:
+        setattr(self, kind, getattr(self, kind) + 1)
+        if source:
+            self.sources[source] = self.sources.get(source, 0) + 1
+
+    def add(self, other: "SetAside") -> None:
+        self.foreign += other.foreign
+        self.out_of_plan += other.out_of_plan
+        self.stale += other.stale
+        for src, n in other.sources.items():
+            self.sources[src] = self.sources.get(src, 0) + n
+
+    def to_json(self) -> dict[str, Any]:
+        return {"total": self.total, "foreign": self.foreign, "out_of_plan": self.out_of_plan, "stale": self.stale,
+                "sources": dict(sorted(self.sources.items()))}
+
+    def describe(self) -> str:
+        parts = [f"{n} {label}" for n, label in ((self.foreign, "of another Run"),
+                                                 (self.out_of_plan, "outside the plan"),
+                                                 (self.stale, "stale duplicates")) if n]
+        where = ", ".join(sorted(self.sources))
+        return f"{self.total} records set aside ({', '.join(parts)})" + (f" in {where}" if where else "")
+
+
+class RunRecords:
+    """The records that count for one Run: at most one per planned episode.
+
+    Feed every record found, in read order (the merged file first, then the shard parts, then further
+    sources). Of several records of one episode the latest wins: the higher attempt, then the newer
+    timestamp, then the later line; a duplicate that loses although it was read later is stale. Records
+    of another Run or of an episode outside the plan are set aside, never counted."""
+
+    def __init__(self, scope: RunScope):
+        self.scope = scope
+        self.set_aside = SetAside()
+        self._best: dict[int, tuple[tuple[int, float, int], dict[str, Any], str | None]] = {}
+        self._seq = 0
+
+    def add(self, rec: dict[str, Any], line: str | None = None, source: str = "") -> None:
+        rejected = self.scope.reason_to_reject(rec)
+        if rejected:
+            self.set_aside.count(rejected, source)
+            return
+        ep = record_episode(rec)
+        assert ep is not None
+        self._seq += 1
+        key = (_attempt(rec), _timestamp(rec), self._seq)
+        current = self._best.get(ep)
+        if current is None or key > current[0]:
+            self._best[ep] = (key, rec, line)
+        elif key[:2] < current[0][:2]:
+            self.set_aside.count("stale", source)
+
+    def extend(self, records: Iterable[dict[str, Any]], source: str = "") -> "RunRecords":
+        for rec in records:
+            self.add(rec, None, source)
+        return self
+
+    @property
+    def by_episode(self) -> dict[int, dict[str, Any]]:
+        return {ep: self._best[ep][1] for ep in sorted(self._best)}
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        return [self._best[ep][1] for ep in sorted(self._best)]
+
+    @property
+    def lines(self) -> list[str | None]:
+        return [self._best[ep][2] for ep in sorted(self._best)]
+
+
+def read_run_records(scope: RunScope, paths: Iterable[str | os.PathLike[str]]) -> RunRecords:
+    """A Run's counted records from its log files, in the order given."""
+    merged = RunRecords(scope)
+    for path in paths:
+        merged.extend(iter_record_dicts(path), source=str(path))
+    return merged

@@ -16,13 +16,13 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
 from evalfleet.experiment.plan import EpisodeSpec, RunPlan, Shard
 from evalfleet.rollout.heartbeat import HeartbeatWriter
-from evalfleet.rollout.records import RECORDS_FILE, EpisodeRecord, RecordWriter, iter_record_dicts, latest_by_episode
+from evalfleet.rollout.records import RECORDS_FILE, EpisodeRecord, RecordWriter, RunScope, read_run_records
 from evalfleet.rollout.video import EpisodeVideo, should_record
 
 PARTS_DIR = "parts"
@@ -38,12 +38,10 @@ def run_log_files(out_dir: Path, run: str) -> list[Path]:
     return [run_dir / RECORDS_FILE, *sorted((run_dir / PARTS_DIR).glob("*.jsonl"))]
 
 
-def latest_records(out_dir: Path, run: str) -> dict[int, dict[str, Any]]:
-    def lines() -> Iterator[dict[str, Any]]:
-        for path in run_log_files(out_dir, run):
-            yield from iter_record_dicts(path)
-
-    return {ep: rec for (r, ep), rec in latest_by_episode(lines()).items() if r == run}
+def latest_records(out_dir: Path, run: str, planned: int | None = None) -> dict[int, dict[str, Any]]:
+    """Episode → the record that counts, from every log of the Run (records of other Runs and of episodes
+    outside 0..planned-1 never count; see records.RunRecords for the rule)."""
+    return read_run_records(RunScope(run, planned), run_log_files(out_dir, run)).by_episode
 
 
 def is_decided(record: dict[str, Any], max_attempts: int) -> bool:
@@ -104,7 +102,7 @@ class ShardRunner:
     # -- what to run ---------------------------------------------------------------------------
     def _pending(self, shard: Shard) -> collections.deque:
         """(episode, attempt) of every episode of the shard that is not decided yet."""
-        done = latest_records(self.out_dir, self.plan.name)
+        done = latest_records(self.out_dir, self.plan.name, self.plan.num_episodes)
         max_attempts = self.run.max_attempts
         attempts = {ep: int(rec.get("attempt", 1)) for ep, rec in done.items()}
         if shard.stop is None:
@@ -113,7 +111,7 @@ class ShardRunner:
         return collections.deque((i, attempts.get(i, 0) + 1) for i in todo)
 
     def _budget_steps_done(self) -> tuple[int, int]:
-        done = latest_records(self.out_dir, self.plan.name)
+        done = latest_records(self.out_dir, self.plan.name, self.plan.num_episodes)
         steps = sum(int(r.get("episode_length", 0)) for r in done.values() if r.get("status") != "error")
         return steps, (max(done) + 1 if done else 0)
 
