@@ -19,7 +19,7 @@ import tempfile
 import time
 
 from evalfleet.outputs.collect import collect
-from evalfleet.outputs.report import write_report
+from evalfleet.outputs.finalize import write_report
 
 
 def make_runs(root: str, episodes: int, runs: int, seed: int = 0) -> None:

@@ -8,6 +8,7 @@ import importlib
 import sys
 
 from evalfleet import __version__
+from evalfleet.arguments import normalise_argv
 from evalfleet.errors import UserError
 
 COMMAND_MODULES = (
@@ -17,17 +18,6 @@ COMMAND_MODULES = (
     "evalfleet.outputs.commands",  # collect, report
     "evalfleet.analysis.commands",  # plot, sensitivity, compare, power
 )
-
-# Arena users type underscores; accept them as aliases of the dashed flags.
-FLAG_ALIASES = {
-    "--experiment_cfg": "--experiment-cfg",
-    "--dry_run": "--dry-run",
-    "--list_overrides": "--list-overrides",
-    "--shard_size": "--shard-size",
-    "--ray_address": "--ray-address",
-    "--episode_results": "--episode-results",
-}
-
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -44,18 +34,6 @@ def build_parser() -> argparse.ArgumentParser:
             raise
         module.register(sub)
     return parser
-
-
-def normalise_argv(argv: list[str]) -> list[str]:
-    out = []
-    for i, arg in enumerate(argv):
-        if arg == "--":  # what follows belongs to a child command (evalfleet watchdog -- CMD ...)
-            return out + argv[i:]
-        flag, eq, value = arg.partition("=")
-        if flag in FLAG_ALIASES:
-            arg = FLAG_ALIASES[flag] + eq + value
-        out.append(arg)
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

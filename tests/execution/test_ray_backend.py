@@ -62,22 +62,17 @@ def local_reference(tmp_path_factory):
     return out
 
 
-def run_with_ray(out: Path, overrides=SMALL, path=QUICKSTART, *, address=None, resume=False, **kwargs):
-    """What `evalfleet run --backend ray` does: prepare OUT, run_ray, finish_runs, summarise."""
-    from rich.console import Console
+def run_with_ray(out: Path, overrides=SMALL, path=QUICKSTART, *, address=None, resume=False, shard_size=None):
+    """`evalfleet.run(..., backend="ray")` step by step (the pipeline's own steps), keeping the workers' results."""
+    from evalfleet.execution import pipeline
+    from evalfleet.execution.backends import get_backend
 
-    from evalfleet.execution.commands import finish_runs, summarise
-    from evalfleet.execution.output_dir import prepare_output
-    from evalfleet.execution.ray_backend import run_ray
-    from evalfleet.experiment.loading import load_experiment
-    from evalfleet.experiment.plan import make_plan
-
-    loaded = load_experiment(path, overrides)
-    prepare_output(out, loaded, resume=resume)
-    results = run_ray(loaded, out, address=address, workers=2, shard_size=kwargs.pop("shard_size", None),
-                      show_progress=False, **kwargs)
-    finish_runs(make_plan(loaded, workers=2), out, results)
-    return summarise(out, Console(stderr=True, width=140)), results
+    loaded = pipeline.load(path, overrides)
+    backend = get_backend("ray", workers=2, address=address)
+    pipeline.prepare(loaded, backend, out, resume=resume, shard_size=shard_size)
+    plan, results = pipeline.execute(loaded, out, backend, shard_size=shard_size, progress=False)
+    pipeline.finish_runs(plan, out, results)
+    return pipeline.finalize_output(loaded, out).exit_code, results
 
 
 def assert_same_as_local(out: Path, local: Path) -> None:
@@ -92,25 +87,25 @@ def assert_same_as_local(out: Path, local: Path) -> None:
 
 
 def test_jobs_address_given_to_run_is_a_clear_error(tmp_path):
-    from evalfleet.errors import UserError
-    from evalfleet.execution.ray_backend import run_ray
-    from evalfleet.experiment.loading import load_experiment
+    import evalfleet
 
-    with pytest.raises(UserError, match="Jobs API"):
-        run_ray(load_experiment(QUICKSTART, SMALL), tmp_path / "out", address="http://127.0.0.1:8265")
+    with pytest.raises(evalfleet.UserError, match="Jobs API"):
+        evalfleet.run(QUICKSTART, overrides=SMALL, output=tmp_path / "out", backend="ray",
+                      ray_address="http://127.0.0.1:8265")
     assert not (tmp_path / "out").exists() and not ray.is_initialized()
 
 
 DRIVER = """
 import sys
-from pathlib import Path
-from evalfleet.execution.output_dir import prepare_output
-from evalfleet.execution.ray_backend import run_ray_backend
-from evalfleet.experiment.loading import load_experiment
-out, mode, path = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
-loaded = load_experiment(path, sys.argv[4:])
-prepare_output(out, loaded, resume=mode == "resume")
-sys.exit(run_ray_backend(loaded, out, workers=2, shard_size=2, show_progress=False))
+import evalfleet
+out, mode, path = sys.argv[1], sys.argv[2], sys.argv[3]
+try:
+    result = evalfleet.run(path, overrides=sys.argv[4:], output=out, backend="ray", workers=2, shard_size=2,
+                           progress=False, resume=mode == "resume")
+except KeyboardInterrupt:
+    sys.exit(130)
+print(result)
+sys.exit(result.exit_code)
 """
 
 
@@ -411,18 +406,17 @@ class TestSeparateCluster:
             shutil.rmtree(temp, ignore_errors=True)
 
     def test_same_results_as_local_backend(self, tmp_path, cluster, local_reference):
-        """Through `run_ray_backend`, what `evalfleet run --backend ray --ray-address HOST:PORT` calls."""
-        from evalfleet.execution.output_dir import prepare_output
-        from evalfleet.execution.ray_backend import run_ray_backend
-        from evalfleet.experiment.loading import load_experiment
+        """Through the Python API, what `evalfleet run --backend ray --ray-address HOST:PORT` calls."""
+        import evalfleet
 
         assert not ray.is_initialized()
-        loaded = load_experiment(QUICKSTART, SMALL)
-        prepare_output(tmp_path / "out", loaded, resume=False)
-        code = run_ray_backend(loaded, tmp_path / "out", address=cluster[0], workers=None, shard_size=None,
-                               show_progress=True)
-        assert code == 0
-        assert not ray.is_initialized()  # run_ray disconnected the driver it connected
+        result = evalfleet.run(QUICKSTART, overrides=SMALL, output=tmp_path / "out", backend="ray",
+                               ray_address=cluster[0], progress=True)
+        assert result.ok and result.exit_code == 0, str(result)
+        assert list(result.runs) == ["push_expert", "push_expert_noisy", "pick_place_expert",
+                                     "pick_place_expert_noisy"]  # the file's order
+        assert all(r.decided == 4 and r.ci95 is not None for r in result.runs.values())
+        assert not ray.is_initialized()  # the backend disconnected the driver it connected
         assert_same_as_local(tmp_path / "out", local_reference)
 
     def test_submit_as_ray_job(self, tmp_path, cluster, local_reference):

@@ -17,7 +17,7 @@ from evalfleet.analysis.stats import wilson_interval
 from evalfleet.errors import UserError
 from evalfleet.outputs.collect import collect, parse_record_lines
 from evalfleet.rollout.records import RunRecords, RunScope
-from evalfleet.outputs.report import write_report
+from evalfleet.outputs.finalize import write_report
 
 
 def read_jsonl(path: Path) -> list[dict]:

@@ -77,19 +77,17 @@ def _default_dir(inputs: list[str]) -> Path:
 
 
 def _load(inputs: list[str], runs: list[str] | None, policies: list[str] | None, flag: str = "--policies"):
-    from evalfleet.analysis.grouping import assign_arms, filter_runs
     from evalfleet.analysis.loading import load_records
+    from evalfleet.analysis.success import labelled_records
 
     record_set = load_records(inputs)
-    where = _where(inputs)
-    records = filter_runs(record_set.rated, runs, where=where)
-    if not records:
-        raise UserError(
-            f"all {record_set.n_errors} records are infrastructure errors (status: error); no outcome to analyse",
-            where=where,
-        )
-    labelled = assign_arms(records, policies, where=where, flag=flag)
-    return record_set, labelled
+    _note_set_aside(record_set)
+    return record_set, labelled_records(record_set, runs, policies, where=_where(inputs), flag=flag)
+
+
+def _note_set_aside(record_set: Any) -> None:
+    if record_set.set_aside.total:
+        print(f"note: {record_set.set_aside.describe()}; they are in no count")
 
 
 def _check_output(path: Path, suffixes: tuple[str, ...], flag: str = "--output") -> None:
@@ -107,37 +105,22 @@ IMAGE_SUFFIXES = (".png", ".pdf", ".svg")
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from evalfleet.analysis.grouping import UNTAGGED, ordered_policies, ordered_tasks
-    from evalfleet.analysis.plots import cells_json, grouped_bar_plot, progress_cells, success_cells, write_json
+    from evalfleet.analysis.loading import load_records
+    from evalfleet.analysis.success import SUCCESS_PLOT, write_success_plots
 
-    output = Path(args.output) if args.output else _default_dir(args.inputs) / "plots" / "success_rates.png"
+    output = Path(args.output) if args.output else _default_dir(args.inputs) / "plots" / SUCCESS_PLOT
     _check_output(output, IMAGE_SUFFIXES)
-    record_set, labelled = _load(args.inputs, args.runs, args.policies)
-    tasks = ordered_tasks(labelled)
-    policies = ordered_policies(labelled, args.policies)
-    cells = success_cells(labelled)
-    n = len(labelled)
-    title = args.title or f"Success rate with 95% Wilson interval ({n} episodes" + (
-        f", {record_set.n_errors} infrastructure errors excluded)" if record_set.n_errors else ")")
-    size = grouped_bar_plot(cells, tasks, policies, output, ylabel="success rate", title=title)
-    summary: dict[str, Any] = {"kind": "success_rate", "interval": "wilson95", "episodes": n,
-                               "excluded_errors": record_set.n_errors, "image": str(output),
-                               **cells_json(cells, tasks, policies)}
-    json_path = output.with_suffix(".json")
-    write_json(json_path, summary)
-    print(f"wrote {output} ({size[0]}x{size[1]} px, {len(tasks)} tasks x {len(policies)} policies) and {json_path}")
-    if UNTAGGED in policies:
+    record_set = load_records(args.inputs)
+    _note_set_aside(record_set)
+    plots = write_success_plots(record_set, output, policies=args.policies, runs=args.runs, title=args.title,
+                                where=_where(args.inputs))
+    print(f"wrote {plots.image} ({plots.size_px[0]}x{plots.size_px[1]} px, {len(plots.tasks)} tasks x "
+          f"{len(plots.policies)} policies) and {plots.data}")
+    if plots.untagged:
         print("note: some records carry no policy tag; pass --policies SUFFIX ... to split Run names like "
               "<task>_<policy> (Arena's rule)")
-    progress = progress_cells(labelled)
-    if progress:
-        stem = output.stem.replace("success_rates", "average_progress")
-        progress_out = output.with_name((stem if stem != output.stem else stem + "_progress") + output.suffix)
-        grouped_bar_plot(progress, tasks, policies, progress_out, ylabel="average progress",
-                         title=f"Average progress with 95% interval ({sum(c.n for c in progress.values())} episodes)")
-        write_json(progress_out.with_suffix(".json"),
-                   {"kind": "average_progress", "interval": "normal95", **cells_json(progress, tasks, policies)})
-        print(f"wrote {progress_out}")
+    if plots.progress_image:
+        print(f"wrote {plots.progress_image}")
     return 0
 
 

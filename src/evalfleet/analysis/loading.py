@@ -229,3 +229,21 @@ def load_records(inputs: Iterable[str | os.PathLike[str]]) -> RecordSet:
         where = ", ".join(str(p) for p in inputs)
         raise UserError(f"no episode records found (looked for {LOOKED_FOR})", where=where)
     return RecordSet(records=records, sources=sources, set_aside=set_aside)
+
+
+def record_set_from_runs(runs: Iterable[Any]) -> RecordSet:
+    """A RecordSet from Runs already read and merged by collect (objects with .name, .records, .set_aside),
+    normalised as `load_records` normalises what it reads: nothing is read again."""
+    normalise = _Normaliser()
+    records: list[dict[str, Any]] = []
+    set_aside = SetAside()
+    sources = []
+    for run in runs:
+        source = f"{run.name}/episode_results.jsonl"
+        sources.append(source)
+        records += [normalise(rec, default_run=run.name, source=source, line=i) for i, rec in enumerate(run.records)]
+        set_aside.add(run.set_aside)
+    if not records:
+        raise UserError("no episode records to analyse", where=", ".join(sources) or "the output folder")
+    return RecordSet(records=sorted(records, key=lambda r: (r["run"], r["episode"])), sources=sources,
+                     set_aside=set_aside)

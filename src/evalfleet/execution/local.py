@@ -10,53 +10,90 @@ completes; a Run whose worker gives up is marked failed while the others finish.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
-import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Iterator
 
-from evalfleet.execution.output_dir import INTERNAL_DIR, mark_runs_running
+import yaml
+
+from evalfleet.errors import UserError
+from evalfleet.execution.backends import BACKENDS, BackendBase, ExecutionJob, WorkerResult
+from evalfleet.execution.invocation import runner_command
+from evalfleet.execution.output_dir import INTERNAL_DIR, mark_runs_running, write_atomic
 from evalfleet.execution.progress import ProgressTracker, watch_progress
-from evalfleet.execution.watchdog import WatchdogConfig, WatchdogResult, supervise
-from evalfleet.experiment.plan import Plan, Shard
+from evalfleet.execution.servers import LocalServers
+from evalfleet.execution.watchdog import WatchdogConfig, supervise
+from evalfleet.experiment.plan import Shard
 
 
-@dataclass
-class WorkerResult:
-    worker: int
-    shards: list[Shard]
-    result: WatchdogResult | None = None
-    error: str | None = None
+@BACKENDS.register("local", summary="worker processes on this machine, each under the watchdog")
+class LocalBackend(BackendBase):
+    name = "local"
+    resume_hint = ""
+
+    def __init__(self, *, workers: int | None = None, address: str | None = None):
+        if address:
+            raise UserError("--ray-address needs --backend ray", where="command line", key="--ray-address")
+        self.workers = workers if workers is not None else (os.cpu_count() or 1)
+        if self.workers <= 0:
+            raise UserError("--workers must be at least 1", where="command line", key="--workers")
+        self._runs: list[LocalRun] = []
+
+    def open(self) -> int:
+        return self.workers
+
+    @contextlib.contextmanager
+    def serve(self, job: ExecutionJob) -> Iterator[Path]:
+        """Start the plan's policy servers on loopback; the runners load the Experiment wired to them."""
+        servers = LocalServers({n: rp.run for n, rp in job.plan.runs.items()}, job.loaded.experiment.server_sharing,
+                               job.out, job.loaded.experiment.seed, log=job.log)
+        if not servers:
+            yield job.out / "experiment.yaml"
+            return
+        try:
+            servers.start()
+            # Ports change from run to run, so the wiring lives beside experiment.yaml, not in it.
+            wired = job.out / INTERNAL_DIR / "experiment.wired.yaml"
+            write_atomic(wired, yaml.safe_dump(servers.wired_document(job.loaded.resolved_document()),
+                                               sort_keys=False))
+            yield wired
+        finally:
+            servers.stop()
+
+    def execute(self, job: ExecutionJob, experiment_file: Path) -> list[WorkerResult]:
+        run = LocalRun(job, self.workers, experiment_file)
+        return run.execute()
 
 
 @dataclass
 class LocalRun:
-    plan: Plan
-    out: Path
+    job: ExecutionJob
     workers: int
-    watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
-    show_progress: bool = True
+    experiment_file: Path  # what workers load
     stop: threading.Event = field(default_factory=threading.Event)
-    experiment_file: Path | None = None  # what workers load (default OUT/experiment.yaml)
+
+    @property
+    def plan(self):  # noqa: ANN201 - evalfleet.experiment.plan.Plan
+        return self.job.plan
+
+    @property
+    def out(self) -> Path:
+        return self.job.out
+
+    @property
+    def watchdog(self) -> WatchdogConfig:
+        return self.job.watchdog
 
     @property
     def claim_dir(self) -> Path:
         return self.out / INTERNAL_DIR / "claims"
 
-    def ordered_shards(self) -> list[Shard]:
-        """Earliest episodes of every Run first, so every Run makes progress from the start."""
-        return sorted(self.plan.shards, key=lambda s: (s.start, list(self.plan.runs).index(s.run)))
-
     def worker_command(self, worker: int, shards: list[Shard]) -> list[str]:
-        experiment = self.experiment_file or self.out / "experiment.yaml"
-        cmd = [sys.executable, "-m", "evalfleet.cli", "runner", str(experiment), "--output",
-               str(self.out), "--claim-dir", str(self.claim_dir), "--worker-id", str(worker)]
-        for s in shards:
-            cmd += ["--shard", f"{s.run}:{s.start}:{'' if s.stop is None else s.stop}"]
-        return cmd
+        return runner_command(self.experiment_file, self.out, shards, claim_dir=self.claim_dir, worker_id=worker)
 
     def claimed_by(self, worker: int) -> list[Shard]:
         mine = []
@@ -76,14 +113,14 @@ class LocalRun:
         # logs, not the claims, say what is done.
         shutil.rmtree(self.claim_dir, ignore_errors=True)
         self.claim_dir.mkdir(parents=True)
-        shards = self.ordered_shards()
+        shards = self.job.ordered_shards()
         results = [WorkerResult(i, shards) for i in range(max(1, min(self.workers, len(shards))))]
         threads = [threading.Thread(target=self._supervise, args=(r, internal), daemon=True) for r in results]
         for t in threads:
             t.start()
         tracker = ProgressTracker.for_plan(self.out, self.plan)
         try:
-            watch_progress(threads, tracker, self.show_progress)
+            watch_progress(threads, tracker, self.job.show_progress)
         except KeyboardInterrupt:
             self.stop.set()
             for t in threads:

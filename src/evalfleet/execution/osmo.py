@@ -45,6 +45,8 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +54,7 @@ from typing import Any
 import yaml
 
 from evalfleet.errors import UserError
+from evalfleet.execution.backends import BACKENDS, BackendBase
 from evalfleet.execution.settings import OSMO_NAME, OSMO_NAME_MAX, OsmoSettings, backend_settings
 
 WHERE = "command line"
@@ -489,6 +492,56 @@ def submit_workflows(paths: list[Path], settings: OsmoSettings) -> list[Submitte
                                   f" it printed: {proc.stdout.strip()[:200]!r}", done) from None
         done.append(Submitted(str(path), answer["name"], answer.get("overview")))
     return done
+
+
+# ============================================================================ the backend
+
+
+@BACKENDS.register("osmo", summary="OSMO workflows: one task group per Run, policy servers, a collect task")
+class OsmoBackend(BackendBase):
+    """Submits only: the workflow runs every shard under the watchdog in OSMO tasks and collects there."""
+
+    name = "osmo"
+
+    def __init__(self, *, workers: int | None = None, address: str | None = None):
+        if address:
+            raise UserError("--ray-address needs --backend ray", where=WHERE, key="--ray-address")
+
+    def check(self) -> None:
+        self.open()  # refuses: OSMO runs the workflow, not this machine
+
+    def submit(self, loaded: Any, *, dry_run: bool, output_dir: str | None, stream: Any) -> int:
+        """Render the workflows; print them (dry run, also written to `output_dir` when given) or submit each
+        with the `osmo` CLI and print the workflow IDs. 1 when a submission failed (what went before is named)."""
+        settings = backend_settings("osmo", loaded.backend_settings)
+        workflows = render_workflows(loaded, settings)
+        if dry_run:
+            if output_dir:
+                for path in write_workflows(workflows, Path(output_dir)):
+                    print(f"# wrote {path}", file=sys.stderr)
+            if len(workflows) > 1:
+                print(f"# {len(workflows)} workflows (more than osmo.max_tasks={settings.max_tasks} tasks in one)",
+                      file=sys.stderr)
+            stream.write("---\n".join(wf.to_yaml() for wf in workflows))
+            return 0
+        osmo_executable()  # a missing CLI is an error before anything is written
+        folder = Path(output_dir) if output_dir else Path(tempfile.mkdtemp(prefix="evalfleet-osmo-"))
+        paths = write_workflows(workflows, folder)
+        try:
+            submitted = submit_workflows(paths, settings)
+        except SubmissionError as exc:
+            for s in exc.submitted:
+                print(f"submitted {s.workflow_id} ({s.file})", file=stream)
+            print(f"error: {exc}", file=sys.stderr)
+            if exc.submitted:
+                print(f"{len(exc.submitted)} of {len(paths)} workflows were submitted before the failure",
+                      file=sys.stderr)
+            return 1
+        for s in submitted:
+            line = f"submitted {s.workflow_id} ({s.file})"
+            print(line + (f" {s.overview}" if s.overview else ""), file=stream)
+        print("workflow IDs: " + " ".join(s.workflow_id for s in submitted), file=stream)
+        return 0
 
 
 # ============================================================================ inside a runner task

@@ -19,7 +19,13 @@ INTERNAL_DIR = ".evalfleet"  # worker logs and heartbeats
 
 
 def default_output(loaded: LoadedExperiment) -> Path:
-    return Path("outputs") / f"{loaded.experiment.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    """outputs/<name>-<time>, with -2, -3, ... when a run in the same second took that name."""
+    base = Path("outputs") / f"{loaded.experiment.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
 
 
 def prepare_output(out: Path, loaded: LoadedExperiment, *, resume: bool) -> None:

@@ -27,7 +27,6 @@ import dataclasses
 import json
 import os
 import shutil
-import sys
 import tempfile
 import threading
 import time
@@ -37,7 +36,8 @@ from typing import Any
 import yaml
 
 from evalfleet.errors import UserError
-from evalfleet.execution.local import WorkerResult
+from evalfleet.execution.backends import BACKENDS, BackendBase, ExecutionJob, WorkerResult, ordered_shards
+from evalfleet.execution.invocation import runner_command
 from evalfleet.execution.output_dir import INTERNAL_DIR, mark_runs_running
 from evalfleet.execution.watchdog import WatchdogConfig, WatchdogResult
 from evalfleet.experiment.plan import Plan, Shard
@@ -72,83 +72,81 @@ def check_ray_arguments(address: str | None) -> None:
                         f"--ray-address {address}`", where="command line", key="--ray-address")
 
 
-def run_ray(loaded: Any, out: Path, *, address: str | None = None, workers: int | None = None,
-            shard_size: int | None = None, show_progress: bool = True,
-            watchdog: WatchdogConfig | None = None) -> list[WorkerResult]:
-    """Run every pending shard of `loaded` on Ray and write OUT like the local backend does.
-
-    `address`: an existing cluster ("auto", "HOST:6379", "ray://..."), or None for a local instance sized to
+@BACKENDS.register("ray", summary="shard tasks on a Ray cluster (or a local Ray instance); also Ray jobs")
+class RayBackend(BackendBase):
+    """`address`: an existing cluster ("auto", "HOST:6379", "ray://..."), or None for a local instance sized to
     `workers` CPUs (default: this machine), dashboard off. If Ray is already initialised in this process it
-    is used as is. Returns one WorkerResult per shard (for `finish_runs`); KeyboardInterrupt cancels every
-    task and propagates (the folder is resumable)."""
-    ray = _import_ray()
-    from rich.console import Console
+    is used as is (and left connected)."""
 
-    from evalfleet.execution.progress import ProgressTracker, watch_progress
-    from evalfleet.experiment.plan import make_plan
+    name = "ray"
+    resume_hint = " --backend ray"
 
-    console = Console(stderr=True)
-    check_ray_arguments(address)
-    started = False
-    if not ray.is_initialized():
-        kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": "WARNING"}
-        if address:
-            try:
-                ray.init(address=address, **kwargs)
-            except Exception as exc:  # noqa: BLE001 - an unreachable or refusing cluster is the user's to fix
-                first = (str(exc).splitlines() or [""])[0]
-                raise UserError(f"cannot connect to the Ray cluster at {address}: {type(exc).__name__}: {first} "
-                                "(is it running? does RAY_AUTH_MODE / the auth token match the cluster's?)",
-                                where="command line", key="--ray-address") from None
-        else:
-            # Records flow through actor calls, not the object store: a small one is plenty.
-            ray.init(num_cpus=workers or os.cpu_count() or 1, include_dashboard=False,
-                     object_store_memory=LOCAL_OBJECT_STORE_BYTES, **kwargs)
-        started = True
-    try:
-        cpus = int(ray.cluster_resources().get("CPU", 1))
-        plan = make_plan(loaded, shard_size=shard_size, workers=workers or cpus)
-        console.print(f"[bold]{loaded.experiment.name}[/]: {len(plan.runs)} Runs, {plan.total_episodes} episodes, "
-                      f"{len(plan.shards)} shards on Ray ({cpus} CPUs) → {out}")
-        job = RayRun(plan, out, watchdog or WatchdogConfig(poll=0.5, term_grace=5.0, backoff=1.0, backoff_max=30.0))
-        mark_runs_running(out, plan)
-        thread = threading.Thread(target=job.execute, daemon=True, name="ray-driver")
+    def __init__(self, *, workers: int | None = None, address: str | None = None):
+        if workers is not None and workers <= 0:
+            raise UserError("--workers must be at least 1", where="command line", key="--workers")
+        self.workers = workers
+        self.address = address
+        self._started = False
+
+    def check(self) -> None:
+        check_ray_arguments(self.address)
+
+    def open(self) -> int:
+        ray = _import_ray()
+        if not ray.is_initialized():
+            kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": "WARNING"}
+            if self.address:
+                try:
+                    ray.init(address=self.address, **kwargs)
+                except Exception as exc:  # noqa: BLE001 - an unreachable or refusing cluster is the user's to fix
+                    first = (str(exc).splitlines() or [""])[0]
+                    raise UserError(f"cannot connect to the Ray cluster at {self.address}: {type(exc).__name__}: "
+                                    f"{first} (is it running? does RAY_AUTH_MODE / the auth token match the "
+                                    "cluster's?)", where="command line", key="--ray-address") from None
+            else:
+                # Records flow through actor calls, not the object store: a small one is plenty.
+                ray.init(num_cpus=self.workers or os.cpu_count() or 1, include_dashboard=False,
+                         object_store_memory=LOCAL_OBJECT_STORE_BYTES, **kwargs)
+            self._started = True
+        return self.workers or int(ray.cluster_resources().get("CPU", 1))
+
+    def execute(self, job: ExecutionJob, experiment_file: Path) -> list[WorkerResult]:
+        """Every pending shard as a Ray task; served Runs get their server in a placement group (RayRun)."""
+        from evalfleet.execution.progress import ProgressTracker, watch_progress
+
+        run = RayRun(job.plan, job.out, job.watchdog)
+        mark_runs_running(job.out, job.plan)
+        thread = threading.Thread(target=run.execute, daemon=True, name="ray-driver")
         thread.start()
         try:
-            watch_progress([thread], ProgressTracker.for_plan(out, plan), show_progress)
+            watch_progress([thread], ProgressTracker.for_plan(job.out, job.plan), job.show_progress)
         except KeyboardInterrupt:
-            job.stop.set()
+            run.stop.set()
             thread.join()
             raise
         thread.join()
-        if job.crash is not None:
-            raise job.crash
-        return job.results
-    finally:
-        if started:
-            ray.shutdown()
+        if run.crash is not None:
+            raise run.crash
+        return run.results
 
+    def close(self) -> None:
+        if self._started:
+            _import_ray().shutdown()
+            self._started = False
 
-def run_ray_backend(loaded: Any, out: Path, *, address: str | None = None, workers: int | None = None,
-                    shard_size: int | None = None, show_progress: bool = True,
-                    watchdog: WatchdogConfig | None = None) -> int:
-    """`evalfleet run --backend ray` after the output folder is prepared: run_ray, then finish_runs and summarise
-    exactly as the local backend does. The exit code: 0 all Runs completed, 1 some did not, 130 interrupted."""
-    from rich.console import Console
-
-    from evalfleet.execution.commands import finish_runs, summarise
-    from evalfleet.experiment.plan import make_plan
-
-    console = Console(stderr=True)
-    try:
-        results = run_ray(loaded, out, address=address, workers=workers, shard_size=shard_size,
-                          show_progress=show_progress, watchdog=watchdog)
-    except KeyboardInterrupt:
-        console.print(f"[yellow]interrupted[/]: every Ray task cancelled; finished episodes are kept. "
-                      f"Continue with: evalfleet run --resume --backend ray --output {out}")
-        return 130
-    finish_runs(make_plan(loaded, shard_size=shard_size, workers=workers), out, results)
-    return summarise(out, console)
+    def submit(self, loaded: Any, *, dry_run: bool, output_dir: str | None, stream: Any) -> int:
+        """The whole evaluation as one Ray job (`submit_ray_job`); `address` is the Jobs API."""
+        if not self.address:
+            raise UserError("--backend ray needs --ray-address http://HEAD:8265 (the Ray Jobs API of the cluster)",
+                            where="command line", key="--ray-address")
+        if dry_run:
+            print(f"# would submit a Ray job to {self.address}: evalfleet run experiment.yaml --backend ray"
+                  " --ray-address auto --no-progress, with this experiment.yaml:", file=stream)
+            print(loaded.resolved_yaml(), end="", file=stream)
+            return 0
+        job_id = submit_ray_job(loaded.path, list(loaded.overrides), self.address)
+        print(f"submitted Ray job {job_id} to {self.address}", file=stream)
+        return 0
 
 
 def existing_lines(out: Path, run: str) -> list[str]:
@@ -191,7 +189,7 @@ class RayRun:
         internal.mkdir(parents=True, exist_ok=True)
         sink = _sink_class(ray).remote({name: existing_lines(self.out, name) for name in self.plan.runs})
         document = self.plan.experiment.resolved_document()
-        shards = sorted(self.plan.shards, key=lambda s: (s.start, list(self.plan.runs).index(s.run)))
+        shards = ordered_shards(self.plan)
         pending: dict[Any, tuple[int, Shard]] = {}
         left_per_run = {name: sum(1 for s in shards if s.run == name) for name in self.plan.runs}
         config = dataclasses.asdict(self.watchdog)
@@ -388,8 +386,7 @@ def run_shard_on_worker(document: str, run: str, start: int, stop: int | None, s
         known = ray.get(sink.known.remote(run, start, stop))
         (tmp / run).mkdir(parents=True)
         (tmp / run / RECORDS_FILE).write_text("".join(line + "\n" for line in known), encoding="utf-8")
-        cmd = [sys.executable, "-m", "evalfleet.cli", "runner", str(tmp / "experiment.yaml"), "--output", str(tmp),
-               "--shard", f"{run}:{start}:{'' if stop is None else stop}"]
+        cmd = runner_command(tmp / "experiment.yaml", tmp, [shard])
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
         log_path = tmp / "runner.log"
@@ -456,53 +453,40 @@ class PolicyServer:
         self.policy_type = policy_type
         self.options = options
         self.context = context
-        self.process: Any = None
-        self.stopping = threading.Event()
-        self.restarts = 0
+        self.supervisor: Any = None  # execution.servers.ServerSupervisor
         self.log_dir = Path(tempfile.mkdtemp(prefix="evalfleet-ray-server-"))
 
     def start(self) -> tuple[str, int]:
         import ray
 
+        from evalfleet.execution.servers import ServerSupervisor
         from evalfleet.plugins import load_registries
         from evalfleet.policies.base import PolicyContext
-        from evalfleet.serving.bindings import binding_for, server_process
+        from evalfleet.serving.bindings import binding_for
 
         load_registries()
-        binding = binding_for(self.policy_type)
-        host = ray.util.get_node_ip_address()
-        self.process = server_process(binding, self.options, PolicyContext(**self.context),
-                                      self.log_dir / "server.log", host=host)
-        self.process.start()
-        self.process.wait_healthy(SERVER_START_TIMEOUT_S)
-        threading.Thread(target=self._keep_alive, daemon=True, name="server-keepalive").start()
-        return host, int(self.process.port)
-
-    def _keep_alive(self) -> None:
-        while not self.stopping.wait(0.5):
-            if not self.process.is_alive() and not self.stopping.is_set():
-                self.restarts += 1
-                try:
-                    self.process.restart(SERVER_START_TIMEOUT_S)
-                except Exception:  # noqa: BLE001 - tried again on the next tick
-                    pass
+        self.supervisor = ServerSupervisor(binding_for(self.policy_type), self.options, PolicyContext(**self.context),
+                                           self.log_dir / "server.log", host=ray.util.get_node_ip_address(),
+                                           health_timeout_s=SERVER_START_TIMEOUT_S)
+        return self.supervisor.start()
 
     def pid(self) -> int | None:
-        return self.process.pid if self.process else None
+        return self.supervisor.process.pid if self.supervisor else None
 
     def info(self) -> dict[str, Any]:
         import ray
 
-        return {"pid": self.pid(), "host": self.process.host if self.process else None,
-                "port": self.process.port if self.process else None, "restarts": self.restarts,
+        running = self.supervisor is not None
+        return {"pid": self.pid(), "host": self.supervisor.host if running else None,
+                "port": self.supervisor.port if running else None,
+                "restarts": self.supervisor.restarts if running else 0,
                 "node": ray.get_runtime_context().get_node_id(),
                 "placement_group": ray.get_runtime_context().get_placement_group_id()}
 
     def stop(self) -> str:
         """Stop the server for good; its log."""
-        self.stopping.set()
-        if self.process:
-            self.process.stop()
+        if self.supervisor:
+            self.supervisor.stop()
         try:
             return (self.log_dir / "server.log").read_text(errors="replace")
         except OSError:

@@ -1,8 +1,9 @@
 """`evalfleet submit EXP.yaml [KEY=VALUE ...] --backend osmo|ray [--dry-run] [--list-overrides] [--output-dir DIR]`
 
-OSMO: renders the Experiment into one or more OSMO workflows (see execution/osmo.py) and submits each with
-``osmo workflow submit FILE -t json``, printing the workflow IDs. `--dry-run` prints the workflow YAML (and
-writes it to --output-dir when given) without needing the `osmo` CLI. Ray: hands over to the Ray backend.
+A thin parser over the chosen backend's `submit` (execution/backends.py). OSMO (execution/osmo.py): renders
+the Experiment into one or more OSMO workflows and submits each with ``osmo workflow submit FILE -t json``,
+printing the workflow IDs; `--dry-run` prints the workflow YAML (and writes it to --output-dir when given)
+without needing the `osmo` CLI. Ray (execution/ray_backend.py): the whole evaluation as one Ray job.
 
 Registered by `add_submit_parser(subparsers)`; also runnable as ``python -m evalfleet.execution.submit``.
 """
@@ -11,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
-from pathlib import Path
 
 
 def add_submit_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -20,7 +19,7 @@ def add_submit_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
 
     p = sub.add_parser("submit", help="send the Experiment to a cluster (OSMO workflows or a Ray job)")
     add_experiment_args(p)
-    p.add_argument("--backend", choices=["osmo", "ray"], required=True, help="the cluster engine")
+    p.add_argument("--backend", required=True, help="the cluster engine: osmo or ray")
     p.add_argument("--dry-run", "--dry_run", dest="dry_run", action="store_true",
                    help="print what would be submitted; submit nothing")
     p.add_argument("--list-overrides", "--list_overrides", dest="list_overrides", action="store_true",
@@ -33,6 +32,7 @@ def add_submit_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
+    from evalfleet.execution.backends import get_backend
     from evalfleet.experiment.commands import experiment_path, print_overrides
     from evalfleet.experiment.loading import load_experiment
 
@@ -40,70 +40,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.list_overrides:
         print_overrides(path, args.overrides)
         return 0
+    backend = get_backend(args.backend, address=args.ray_address)
     loaded = load_experiment(path, args.overrides)
-    if args.backend == "ray":
-        return _submit_ray(args, loaded)
-    return submit_osmo(loaded, dry_run=args.dry_run, output_dir=args.output_dir)
-
-
-def _submit_ray(args: argparse.Namespace, loaded) -> int:  # noqa: ANN001
-    """The whole evaluation as one Ray job (execution/ray_backend.py `submit_ray_job`)."""
-    from evalfleet.errors import UserError
-
-    if not args.ray_address:
-        raise UserError("--backend ray needs --ray-address http://HEAD:8265 (the Ray Jobs API of the cluster)",
-                        where="command line", key="--ray-address")
-    if args.dry_run:
-        print(f"# would submit a Ray job to {args.ray_address}: evalfleet run experiment.yaml --backend ray"
-              " --ray-address auto --no-progress, with this experiment.yaml:")
-        print(loaded.resolved_yaml(), end="")
-        return 0
-    try:
-        from evalfleet.execution.ray_backend import submit_ray_job
-    except ImportError:
-        raise UserError("Ray submission is not available in this installation", where="command line",
-                        key="--backend") from None
-    job_id = submit_ray_job(loaded.path, list(loaded.overrides), args.ray_address)
-    print(f"submitted Ray job {job_id} to {args.ray_address}")
-    return 0
-
-
-def submit_osmo(loaded, *, dry_run: bool, output_dir: str | None = None, out=None) -> int:  # noqa: ANN001
-    from evalfleet.execution.osmo import SubmissionError, render_workflows, submit_workflows, write_workflows
-    from evalfleet.execution.settings import backend_settings
-
-    out = out or sys.stdout
-    settings = backend_settings("osmo", loaded.backend_settings)
-    workflows = render_workflows(loaded, settings)
-    if dry_run:
-        if output_dir:
-            for p in write_workflows(workflows, Path(output_dir)):
-                print(f"# wrote {p}", file=sys.stderr)
-        if len(workflows) > 1:
-            print(f"# {len(workflows)} workflows (more than osmo.max_tasks={settings.max_tasks} tasks in one)",
-                  file=sys.stderr)
-        out.write("---\n".join(wf.to_yaml() for wf in workflows))
-        return 0
-    from evalfleet.execution.osmo import osmo_executable
-
-    osmo_executable()  # a missing CLI is an error before anything is written
-    folder = Path(output_dir) if output_dir else Path(tempfile.mkdtemp(prefix="evalfleet-osmo-"))
-    paths = write_workflows(workflows, folder)
-    try:
-        submitted = submit_workflows(paths, settings)
-    except SubmissionError as exc:
-        for s in exc.submitted:
-            print(f"submitted {s.workflow_id} ({s.file})", file=out)
-        print(f"error: {exc}", file=sys.stderr)
-        if exc.submitted:
-            print(f"{len(exc.submitted)} of {len(paths)} workflows were submitted before the failure",
-                  file=sys.stderr)
-        return 1
-    for s in submitted:
-        line = f"submitted {s.workflow_id} ({s.file})"
-        print(line + (f" {s.overview}" if s.overview else ""), file=out)
-    print("workflow IDs: " + " ".join(s.workflow_id for s in submitted), file=out)
-    return 0
+    return backend.submit(loaded, dry_run=args.dry_run, output_dir=args.output_dir, stream=sys.stdout)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="evalfleet")
     sub = parser.add_subparsers(dest="command", required=True)
     add_submit_parser(sub)
-    from evalfleet.cli import normalise_argv  # Arena spellings (--experiment_cfg, --dry_run, ...)
+    from evalfleet.arguments import normalise_argv  # Arena spellings (--experiment_cfg, --dry_run, ...)
 
     argv = normalise_argv(list(sys.argv[1:] if argv is None else argv))
     args, extra = parser.parse_known_args(["submit", *argv])

@@ -90,6 +90,14 @@ class WatchdogConfig:
         for name, problem in config_problems(self):
             raise ValueError(f"WatchdogConfig.{name}: {problem}")
 
+    @classmethod
+    def local(cls, **changes: Any) -> "WatchdogConfig":
+        """The preset for runners evalfleet starts and watches itself (the local and Ray backends): their Python
+        starts in seconds, so the startup grace is shorter and polling and restarts quicker than a cluster
+        task's defaults above."""
+        return dataclasses.replace(cls(startup_timeout=300.0, poll=0.5, term_grace=5.0, backoff=1.0,
+                                       backoff_max=30.0), **changes)
+
     def backoff_delay(self, restart: int) -> float:
         """Seconds to wait before relaunch number `restart` (1-based)."""
         return min(self.backoff * self.backoff_factor ** max(restart - 1, 0), self.backoff_max)

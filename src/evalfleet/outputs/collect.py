@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evalfleet.errors import UserError
+from evalfleet.outputs.report import REPORT_FILE, render_report
 from evalfleet.outputs.storage import Location, is_url, open_location
 from evalfleet.outputs.summary import RESULT_FILE, build_result, provenance, summarise_run
 from evalfleet.rollout.records import RECORDS_FILE, RunRecords, RunScope, SetAside
@@ -175,10 +176,25 @@ def load_runs(locations: list[Location], *, merged_only: bool = False) -> list[R
 
 # --- collect -----------------------------------------------------------------------------------------
 
+@dataclass
+class Collected:
+    """What collect wrote, with the Runs it read (so a report or plot need not read them again)."""
+
+    result: dict[str, Any]  # experiment_result.json's content
+    runs: list[RunData]
+    dest: Location
+
+
 def collect(sources: list[str], output: str, *, endpoint_url: str | None = None,
             report: bool = False) -> dict[str, Any]:
     """Merge `sources` (folders or URLs) into `output` (a folder or URL) and return experiment_result.json's
     content. With `report=True` also writes `index.html` there. Raises UserError on bad input, before writing."""
+    return collect_runs(sources, output, endpoint_url=endpoint_url, report=report).result
+
+
+def collect_runs(sources: list[str], output: str, *, endpoint_url: str | None = None,
+                 report: bool = False) -> Collected:
+    """`collect`, returning the Runs it read as well."""
     if not sources:
         raise UserError("give at least one source folder or URL", where="command line")
     urls = ", ".join(t for t in [*sources, output] if is_url(t)) or output
@@ -196,7 +212,7 @@ def collect(sources: list[str], output: str, *, endpoint_url: str | None = None,
                         where=urls) from None
 
 
-def _collect(sources: list[str], output: str, *, endpoint_url: str | None, report: bool) -> dict[str, Any]:
+def _collect(sources: list[str], output: str, *, endpoint_url: str | None, report: bool) -> Collected:
     dest = open_location(output, endpoint_url=endpoint_url, role="output")
     locations = []
     for src in sources:
@@ -240,14 +256,22 @@ def _collect(sources: list[str], output: str, *, endpoint_url: str | None, repor
         run.summary = summary
     result = build_result(summaries, provenance(experiment_bytes, sources=[_safe_url(s) for s in sources]))
     dest.write_bytes(RESULT_FILE, (json.dumps(result, indent=2, sort_keys=False) + "\n").encode())
+    collected = Collected(result, runs, dest)
     if report:
-        from evalfleet.outputs.report import REPORT_FILE, render_report
+        write_collected_report(collected)
+    return collected
 
-        plots = sorted(rel for rel in dest.walk_files(PLOTS_DIR) if rel.lower().endswith(".png")) \
-            if dest.isdir(PLOTS_DIR) else []
-        dest.write_bytes(REPORT_FILE, render_report(result, runs, plots=plots,
-                                                             title=f"evalfleet report: {_basename(dest)}").encode("utf-8"))
-    return result
+
+def write_collected_report(collected: Collected, title: str | None = None) -> str:
+    """index.html beside a collect's result, from the Runs it read (nothing is read again); its location."""
+    dest = collected.dest
+    images = (".png", ".svg", ".jpg", ".jpeg")
+    plots = sorted(rel for rel in dest.walk_files(PLOTS_DIR) if rel.lower().endswith(images)) \
+        if dest.isdir(PLOTS_DIR) else []
+    page = render_report(collected.result, collected.runs, plots=plots,
+                         title=title or f"evalfleet report: {_basename(dest)}")
+    dest.write_bytes(REPORT_FILE, page.encode("utf-8"))
+    return dest.display(REPORT_FILE)
 
 
 def _write_run(run: RunData, dest: Location) -> None:

@@ -57,7 +57,7 @@ def _collect(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from evalfleet.outputs.report import write_report
+    from evalfleet.outputs.finalize import write_report
 
     path = write_report(args.dir, title=args.title)
     print(f"wrote {path}")

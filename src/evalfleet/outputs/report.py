@@ -12,12 +12,10 @@ import datetime as _dt
 import html
 import json
 import math
-import os
 import re
 from importlib import resources
 from typing import Any, Iterable
 
-from evalfleet.errors import UserError
 
 REPORT_FILE = "index.html"
 _VECTOR_NAMES = {3: ("x", "y", "z")}
@@ -322,47 +320,3 @@ def render_report(result: dict[str, Any], runs: list[Any], *, plots: Iterable[st
     # One pass, so text inserted for one placeholder is never scanned for another.
     pattern = re.compile("|".join(re.escape(k) for k in replacements))
     return pattern.sub(lambda m: replacements[m.group(0)], page)
-
-
-def write_report(directory: str | os.PathLike[str], *, title: str | None = None) -> str:
-    """Write DIR/index.html from DIR's collected Runs; returns its path. Reads experiment_result.json when
-    present (else summarises the Runs it finds, without writing anything else)."""
-    from evalfleet.outputs.collect import load_runs
-    from evalfleet.outputs.storage import Location, atomic_write_bytes
-    from evalfleet.outputs.summary import RESULT_FILE, build_result, provenance, summarise_run
-
-    directory = os.fspath(directory)
-    if not os.path.isdir(directory):
-        raise UserError("no such folder (give the output folder of `evalfleet run` or `evalfleet collect`)",
-                        where=directory)
-    loc = Location(url=directory, root=directory)
-    runs = load_runs([loc], merged_only=True)
-    if not runs:
-        raise UserError("no Runs found here (expected <run>/episode_results.jsonl)", where=directory)
-    result_path = os.path.join(directory, RESULT_FILE)
-    result = None
-    if os.path.exists(result_path):
-        try:
-            with open(result_path, encoding="utf-8") as f:
-                result = json.load(f)
-        except ValueError as exc:
-            raise UserError(f"not valid JSON ({exc}); run `evalfleet collect` again", where=result_path) from None
-        if not isinstance(result, dict) or not isinstance(result.get("runs"), dict):
-            raise UserError("not an evalfleet experiment result", where=result_path)
-    if result is None:
-        experiment = os.path.join(directory, "experiment.yaml")
-        exp_bytes = open(experiment, "rb").read() if os.path.exists(experiment) else None
-        result = build_result([summarise_run(r.name, r.records, r.status, set_aside=r.set_aside) for r in runs],
-                              provenance(exp_bytes))
-    plots_dir = os.path.join(directory, "plots")
-    plots = []
-    if os.path.isdir(plots_dir):
-        for dirpath, dirnames, filenames in os.walk(plots_dir):
-            dirnames.sort()
-            for name in sorted(filenames):
-                if name.lower().endswith((".png", ".svg", ".jpg", ".jpeg")):
-                    plots.append(os.path.relpath(os.path.join(dirpath, name), directory).replace(os.sep, "/"))
-    title = title or f"evalfleet report: {os.path.basename(os.path.abspath(directory))}"
-    path = os.path.join(directory, REPORT_FILE)
-    atomic_write_bytes(path, render_report(result, runs, plots=plots, title=title).encode("utf-8"))
-    return path

@@ -1,0 +1,144 @@
+"""Backends: where the shards of a plan run. A registry, so a cluster engine plugs in like an environment.
+
+The pipeline (execution/pipeline.py) drives a backend through one protocol:
+
+    check()            refuse what can be refused before anything is written (missing package, bad address)
+    open() -> int      connect; how many workers to plan shards for (this machine's CPUs, a Ray cluster's)
+    serve(job)         a context manager: start the policy servers the plan needs where this backend runs
+                       them, and yield the experiment file runners load (wired to those servers)
+    execute(job, experiment_file) -> [WorkerResult]
+                       run every pending shard under the watchdog, appending records to OUT/<run>/parts/,
+                       showing progress from the growing logs; a worker that gives up is reported in its
+                       WorkerResult (its Runs are marked failed by the pipeline); Ctrl-C stops everything,
+                       keeps what finished and propagates KeyboardInterrupt
+    close()            disconnect
+    submit(loaded, ...) -> int
+                       hand the whole Experiment to a cluster instead (`evalfleet submit`): OSMO workflows,
+                       a Ray job
+
+`local` and `ray` execute; `osmo` and `ray` submit. A backend module registers a factory
+`factory(workers=..., address=...) -> Backend` with `@BACKENDS.register(name)`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, ContextManager, Iterator, Protocol, TextIO
+
+from evalfleet.errors import UserError
+from evalfleet.execution.watchdog import WatchdogConfig
+from evalfleet.experiment.loading import LoadedExperiment
+from evalfleet.experiment.plan import Plan, Shard
+from evalfleet.registry import Registry
+
+BUILTIN_BACKEND_MODULES = (
+    "evalfleet.execution.local",
+    "evalfleet.execution.ray_backend",
+    "evalfleet.execution.osmo",
+)
+
+
+@dataclass
+class ExecutionJob:
+    """What a backend is given to execute."""
+
+    loaded: LoadedExperiment
+    plan: Plan
+    out: Path  # the prepared output folder
+    watchdog: WatchdogConfig = field(default_factory=WatchdogConfig.local)
+    show_progress: bool = True
+    log: Callable[[str], None] = print
+
+    def ordered_shards(self) -> list[Shard]:
+        return ordered_shards(self.plan)
+
+
+def ordered_shards(plan: Plan) -> list[Shard]:
+    """Earliest episodes of every Run first, so every Run makes progress from the start."""
+    order = list(plan.runs)
+    return sorted(plan.shards, key=lambda s: (s.start, order.index(s.run)))
+
+
+@dataclass
+class WorkerResult:
+    """How one worker (a local process, a Ray shard task) ended, and the shards it ran."""
+
+    worker: int
+    shards: list[Shard]
+    result: Any = None  # watchdog.WatchdogResult
+    error: str | None = None
+
+    @property
+    def problem(self) -> str | None:
+        if self.error:
+            return self.error
+        if self.result is not None and self.result.state != "completed":
+            return self.result.reason
+        return None
+
+
+class Backend(Protocol):
+    name: str
+    resume_hint: str  # the flags that continue an interrupted run on this backend
+
+    def check(self) -> None: ...
+
+    def open(self) -> int: ...
+
+    def serve(self, job: ExecutionJob) -> ContextManager[Path]: ...
+
+    def execute(self, job: ExecutionJob, experiment_file: Path) -> list[WorkerResult]: ...
+
+    def close(self) -> None: ...
+
+    def submit(self, loaded: LoadedExperiment, *, dry_run: bool, output_dir: str | None, stream: TextIO) -> int: ...
+
+
+class BackendBase:
+    """Defaults: a backend that can only execute or only submit says so in one line."""
+
+    name = "?"
+    resume_hint = ""
+
+    def check(self) -> None:
+        pass
+
+    def open(self) -> int:
+        raise UserError(f"the {self.name} backend submits to a cluster: use `evalfleet submit --backend {self.name}`",
+                        where="command line", key="--backend")
+
+    @contextlib.contextmanager
+    def serve(self, job: ExecutionJob) -> Iterator[Path]:
+        yield job.out / "experiment.yaml"
+
+    def execute(self, job: ExecutionJob, experiment_file: Path) -> list[WorkerResult]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def submit(self, loaded: LoadedExperiment, *, dry_run: bool, output_dir: str | None, stream: TextIO) -> int:
+        raise UserError(f"the {self.name} backend runs here: use `evalfleet run --backend {self.name}`",
+                        where="command line", key="--backend")
+
+
+BACKENDS: Registry[Backend] = Registry("backend")
+
+
+def load_backends() -> None:
+    from evalfleet.plugins import load_registries
+
+    for name in BUILTIN_BACKEND_MODULES:
+        importlib.import_module(name)
+    load_registries()  # plugins may add backends
+
+
+def get_backend(name: str, *, workers: int | None = None, address: str | None = None) -> Backend:
+    load_backends()
+    entry = BACKENDS.get(name)
+    if entry is None:
+        raise UserError(f"unknown backend {name!r}{BACKENDS.suggest(name)}", where="command line", key="--backend")
+    return entry.factory(workers=workers, address=address)

@@ -1,0 +1,111 @@
+"""`evalfleet.evaluate(policy, experiment)`: evaluation during training.
+
+The policy is an object of the calling process (anything with the policy protocol: `act_batch` or `act`,
+optional `reset`; or a plain callable observation → action). evalfleet serves it from this process over its
+own openpi server on loopback — one batching worker thread, so the policy is never called concurrently and
+requests from every runner are batched into one `act_batch` — points every Run of the Experiment at it,
+runs the Experiment on the local backend, and returns the result. Everything it started is stopped before
+it returns (the server, its threads, the runner processes), also when the run fails or is interrupted.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import yaml
+
+from evalfleet.errors import UserError
+from evalfleet.execution.pipeline import load, run, stderr_log
+from evalfleet.execution.watchdog import WatchdogConfig
+from evalfleet.experiment.loading import LoadedExperiment, load_experiment
+from evalfleet.outputs.result import ExperimentResult
+from evalfleet.policies.base import BasePolicy
+from evalfleet.serving.openpi import OpenpiServer
+from evalfleet.serving.process import ServerThread
+
+SERVED_POLICY_TYPE = "openpi_remote"
+DEFAULT_MAX_WAIT_MS = 2.0
+
+
+class _CallablePolicy(BasePolicy):
+    """A function observation → action, or an object with `act` only, as a full policy."""
+
+    def __init__(self, act: Callable[..., Any], reset: Callable[..., Any] | None = None):
+        self._act = act
+        self._reset = reset
+
+    def reset(self, episode_seed: int, env_id: int = 0) -> None:
+        if self._reset is not None:
+            self._reset(episode_seed, env_id)
+
+    def act(self, observation: dict[str, Any], env_id: int = 0) -> np.ndarray:
+        return np.asarray(self._act(observation))
+
+
+def as_policy(policy: Any) -> Any:
+    """The object the server calls: the policy itself when it has `act_batch` and `reset`, else an adapter."""
+    if callable(getattr(policy, "act_batch", None)) and callable(getattr(policy, "reset", None)):
+        return policy
+    act = getattr(policy, "act", None)
+    if callable(act):
+        return _CallablePolicy(lambda obs: act(obs), getattr(policy, "reset", None))
+    if callable(policy):
+        return _CallablePolicy(policy)
+    raise UserError(f"cannot evaluate a {type(policy).__name__}: give an object with act(observation) or "
+                    "act_batch(observations, env_ids), or a function observation -> action", where="evaluate()",
+                    key="policy")
+
+
+def policy_tag(policy: Any) -> str:
+    """The `policy_name` tag of the results: the policy's `name`, its class, or the function's name."""
+    name = getattr(policy, "name", None)
+    if not (isinstance(name, str) and name):
+        is_object = hasattr(policy, "act") or hasattr(policy, "act_batch")
+        name = type(policy).__name__ if is_object else getattr(policy, "__name__", "policy")
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_.-") or "policy"
+
+
+def served_document(loaded: LoadedExperiment, host: str, port: int, tag: str,
+                    runs: Iterable[str] | None) -> dict[str, Any]:
+    """The resolved Experiment with every chosen Run's policy replaced by a client of the in-process server."""
+    doc = loaded.resolved_document()
+    chosen = list(runs) if runs is not None else list(doc["runs"])
+    for name in chosen:
+        if name not in doc["runs"]:
+            raise UserError(f"no Run named {name!r}; Runs: {', '.join(doc['runs'])}", where=loaded.path, key="runs")
+    doc["runs"] = {name: {**doc["runs"][name], "policy_name": tag,
+                          "policy": {"type": SERVED_POLICY_TYPE, "host": host, "port": port}}
+                   for name in chosen}
+    return doc
+
+
+def evaluate(policy: Any, experiment: str | os.PathLike[str] | LoadedExperiment, *, overrides: Iterable[str] = (),
+             output: str | os.PathLike[str] | None = None, runs: Iterable[str] | None = None,
+             workers: int | None = None, policy_name: str | None = None, max_batch: int | None = None,
+             max_wait_ms: float = DEFAULT_MAX_WAIT_MS, progress: bool = False,
+             watchdog: WatchdogConfig | None = None,
+             log: Callable[[str], None] = stderr_log) -> ExperimentResult:
+    """Evaluate an in-process `policy` on the Experiment's Runs (or the named `runs`) and return the result.
+
+    The Experiment's own policies are replaced by `policy`, tagged `policy_name` (default: its `name`
+    attribute or class name). `max_batch`: largest batch one `act_batch` call gets (default: the number of
+    envs stepping at once). A policy that raises yields error records (infrastructure errors, retried and
+    then left as errors in the result), never an exception here."""
+    served = as_policy(policy)
+    loaded = load(experiment, overrides)
+    workers = workers if workers is not None else (os.cpu_count() or 1)
+    envs = max(r.environment_builder.num_envs for r in loaded.experiment.runs.values())
+    server = OpenpiServer(served, host="127.0.0.1", port=0, max_batch=max_batch or max(1, workers * envs),
+                          max_wait_ms=max_wait_ms, metadata=dict(getattr(policy, "metadata", None) or {}))
+    tag = policy_name or policy_tag(policy)
+    with ServerThread(server) as thread, tempfile.TemporaryDirectory(prefix="evalfleet-evaluate-") as tmp:
+        doc = served_document(loaded, thread.host, int(thread.port), tag, runs)
+        wired = Path(tmp) / "experiment.yaml"
+        wired.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+        return run(load_experiment(wired), output=output, backend="local", workers=workers, progress=progress,
+                   watchdog=watchdog, log=log)

@@ -1,0 +1,128 @@
+"""The pipeline behind every entry point: `evalfleet.run(...)` in Python, `evalfleet run`, the Ray job's
+entry point (which is `evalfleet run --backend ray` on the head node).
+
+    load → prepare the output → plan → servers → execute shards on a backend → finish Runs → finalize
+
+Each step is one function or backend call below; `run` strings them together. Nothing here prints a
+table or parses arguments: the CLI does that with what `run` returns.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Callable, Iterable
+
+from evalfleet.errors import UserError
+from evalfleet.execution.backends import Backend, ExecutionJob, WorkerResult, get_backend
+from evalfleet.execution.output_dir import default_output, prepare_output, write_run_status
+from evalfleet.execution.watchdog import WatchdogConfig
+from evalfleet.experiment.loading import LoadedExperiment, load_experiment
+from evalfleet.experiment.plan import Plan, make_plan
+from evalfleet.experiment.validation import require_executable
+from evalfleet.outputs.finalize import finalize
+from evalfleet.outputs.result import ExperimentResult
+from evalfleet.rollout.runner import is_decided, latest_records
+
+
+def stderr_log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def load(experiment: str | os.PathLike[str] | LoadedExperiment, overrides: Iterable[str] = ()) -> LoadedExperiment:
+    """An Experiment file (with overrides), or one already loaded (then `overrides` must be empty)."""
+    if isinstance(experiment, LoadedExperiment):
+        if list(overrides):
+            raise UserError("overrides apply when loading: pass the file's path, not a loaded Experiment",
+                            where=experiment.path)
+        return experiment
+    return load_experiment(os.fspath(experiment), list(overrides))
+
+
+def check_shard_size(shard_size: int | None) -> None:
+    if shard_size is not None and (isinstance(shard_size, bool) or shard_size <= 0):
+        raise UserError("--shard-size must be a positive number of episodes", where="command line",
+                        key="--shard-size")
+
+
+def run(experiment: str | os.PathLike[str] | LoadedExperiment, *, overrides: Iterable[str] = (),
+        output: str | os.PathLike[str] | None = None, backend: str = "local", workers: int | None = None,
+        resume: bool = False, progress: bool = True, shard_size: int | None = None,
+        watchdog: WatchdogConfig | None = None, ray_address: str | None = None,
+        log: Callable[[str], None] = stderr_log) -> ExperimentResult:
+    """Run the whole Experiment on `backend` and collect it; the typed result (per-Run counts and rates with
+    95% intervals, statuses, the report's path).
+
+    `output`: the folder (default outputs/<name>-<time>); `resume`: continue an interrupted folder of the
+    same Experiment; `workers`: parallel runners (default: this machine's CPUs, or the Ray cluster's);
+    `progress`: a live progress bar on stderr. Bad input raises UserError before anything is written;
+    Ctrl-C stops every runner, keeps what finished and re-raises KeyboardInterrupt."""
+    loaded = load(experiment, overrides)
+    chosen = get_backend(backend, workers=workers, address=ray_address)
+    out = prepare(loaded, chosen, output, resume=resume, shard_size=shard_size)
+    plan, results = execute(loaded, out, chosen, shard_size=shard_size, watchdog=watchdog, progress=progress,
+                            log=log)
+    finish_runs(plan, out, results)
+    return finalize_output(loaded, out)
+
+
+def prepare(loaded: LoadedExperiment, backend: Backend, output: str | os.PathLike[str] | None, *, resume: bool,
+            shard_size: int | None = None) -> Path:
+    """Every check that can refuse the run, then the output folder (new, or the same Experiment's to resume)."""
+    check_shard_size(shard_size)
+    require_executable(loaded.experiment.runs, loaded.path)
+    backend.check()
+    out = Path(output) if output is not None else default_output(loaded)
+    prepare_output(out, loaded, resume=resume)
+    return out
+
+
+def execute(loaded: LoadedExperiment, out: Path, backend: Backend, *, shard_size: int | None = None,
+            watchdog: WatchdogConfig | None = None, progress: bool = True,
+            log: Callable[[str], None] = stderr_log) -> tuple[Plan, list[WorkerResult]]:
+    """Plan for the backend's capacity, start the servers the plan needs, run every pending shard."""
+    try:
+        capacity = backend.open()
+        plan = make_plan(loaded, shard_size=shard_size, workers=capacity)
+        log(f"{loaded.experiment.name}: {len(plan.runs)} Runs, {plan.total_episodes} episodes, "
+            f"{len(plan.shards)} shards on {backend.name} ({min(capacity, len(plan.shards))} workers) → {out}")
+        job = ExecutionJob(loaded, plan, out, watchdog or WatchdogConfig.local(), show_progress=progress, log=log)
+        with backend.serve(job) as experiment_file:
+            return plan, backend.execute(job, experiment_file)
+    except KeyboardInterrupt:
+        log(f"interrupted: every worker stopped; finished episodes are kept. Continue with: "
+            f"evalfleet run --resume{backend.resume_hint} --output {out}")
+        raise
+    finally:
+        backend.close()
+
+
+def finish_runs(plan: Plan, out: Path, results: list[WorkerResult]) -> None:
+    """Mark each Run completed or failed (with the reason a worker gave up) in its run_status.json."""
+    gave_up: dict[str, str] = {}
+    for r in results:
+        if r.problem:
+            for shard in r.shards:
+                gave_up.setdefault(shard.run, f"worker {r.worker} gave up: {r.problem}")
+    for name, rp in plan.runs.items():
+        records = latest_records(out, name, rp.num_episodes)
+        if rp.num_episodes is None:
+            missing = 0 if records else 1
+        else:
+            missing = sum(1 for i in range(rp.num_episodes)
+                          if i not in records or not is_decided(records[i], rp.run.max_attempts))
+        if missing:
+            reason = f"{missing} episodes not finished" + (f"; {gave_up[name]}" if name in gave_up else "")
+            write_run_status(out, name, state="failed", reason=reason)
+        else:
+            write_run_status(out, name, state="completed", reason=None)
+
+
+def finalize_output(loaded: LoadedExperiment, out: Path) -> ExperimentResult:
+    """Collect in place, plots, index.html (records read once); the typed result in the Experiment's order."""
+    done = finalize(out)
+    if done.plot_problem:
+        stderr_log(f"plot skipped: {done.plot_problem}")
+    return ExperimentResult.from_json(loaded.experiment.name, out, done.result, order=list(loaded.experiment.runs),
+                                      report=done.report, plots=done.plots)

@@ -1,0 +1,69 @@
+"""One runner process (`evalfleet runner`, started by every backend through `invocation.runner_command`):
+load the Experiment, pick its shards, run them in order with a heartbeat, stop cleanly on SIGTERM/SIGINT
+or when its supervisor dies."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+from evalfleet.errors import UserError
+from evalfleet.execution.invocation import parse_shard
+from evalfleet.experiment.loading import load_experiment
+from evalfleet.experiment.plan import Shard, make_plan
+from evalfleet.experiment.validation import require_executable
+from evalfleet.rollout.heartbeat import HEARTBEAT_ENV, HeartbeatWriter
+from evalfleet.rollout.runner import run_shards
+
+EXIT_STOPPED = 143
+
+
+def _stop_when_orphaned(stop: threading.Event) -> None:
+    """A runner whose supervisor died (e.g. SIGKILL of `evalfleet run`) stops instead of writing on
+    behind the back of the next `--resume`."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while not stop.wait(0.5):
+            if os.getppid() != parent:
+                stop.set()
+
+    threading.Thread(target=watch, daemon=True, name="orphan-check").start()
+
+
+def run_worker(experiment: str, output: str | Path, *, overrides: list[str] = (), shards: list[str] = (),
+               runs: list[str] = (), heartbeat: str | None = None, claim_dir: str | None = None,
+               worker_id: str = "0") -> int:
+    """Run the given shards (RUN:START:STOP), every shard of `runs`, or every shard; 0 done, 143 stopped."""
+    loaded = load_experiment(experiment, list(overrides))
+    require_executable(loaded.experiment.runs, experiment)
+    plan = make_plan(loaded, workers=1)
+    chosen: list[Shard] = [parse_shard(text, plan, experiment) for text in shards]
+    for name in runs:
+        if name not in plan.runs:
+            raise UserError(f"--run {name!r}: no such Run in {experiment}", where="command line", key="--run")
+        chosen += [s for s in plan.shards if s.run == name]
+    if not shards and not runs:
+        chosen = plan.shards
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    _stop_when_orphaned(stop)
+    beat = HeartbeatWriter(heartbeat or os.environ.get(HEARTBEAT_ENV), "")
+    beat.beat(state="starting")
+    if claim_dir:
+        from evalfleet.execution.local import claim_shards
+
+        chosen = claim_shards(chosen, Path(claim_dir), str(worker_id))
+    run_shards(plan.runs, chosen, Path(output), heartbeat=beat, stop=stop)
+    if stop.is_set():
+        return EXIT_STOPPED
+    beat.done()
+    return 0

@@ -1,0 +1,86 @@
+"""`ExperimentResult`: what `evalfleet.run` and `evalfleet.evaluate` return, typed from
+experiment_result.json (per-Run counts, rates with 95% intervals, statuses) and the paths written."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+
+@dataclass(frozen=True)
+class RunResult:
+    name: str
+    task: str | None
+    policy: str | None
+    status: str  # completed | partial | failed
+    reason: str | None
+    planned: int | None
+    decided: int
+    successes: int
+    failures: int
+    errors: int  # infrastructure errors left (excluded from the rate)
+    missing: int | None
+    success_rate: float | None  # over decided episodes; None when nothing was decided
+    ci95: tuple[float, float] | None  # Wilson interval
+    set_aside: int = 0  # records found that are not this Run's planned episodes (never counted)
+
+    @classmethod
+    def from_json(cls, entry: dict[str, Any]) -> "RunResult":
+        c = entry["counts"]
+        ci = entry.get("ci95")
+        return cls(name=entry["run"], task=entry.get("task"), policy=entry.get("policy"), status=entry["status"],
+                   reason=entry.get("reason"), planned=entry.get("planned_episodes"), decided=entry["decided"],
+                   successes=c["success"], failures=c["failure"], errors=c["error"], missing=c.get("missing"),
+                   success_rate=entry.get("success_rate"), ci95=tuple(ci) if ci else None,
+                   set_aside=(entry.get("set_aside") or {}).get("total", 0))
+
+    def rate_text(self) -> str:
+        if self.success_rate is None:
+            return "n/a"
+        text = f"{self.success_rate:.1%}"
+        if self.ci95:
+            text += f" [{self.ci95[0]:.1%}, {self.ci95[1]:.1%}]"
+        return text
+
+    def __str__(self) -> str:
+        return (f"{self.name}: {self.successes}/{self.decided} success {self.rate_text()} ({self.status}"
+                + (f": {self.reason}" if self.reason else "") + ")")
+
+
+@dataclass(frozen=True)
+class ExperimentResult:
+    name: str
+    output: Path
+    runs: dict[str, RunResult]  # in the Experiment's order
+    result_file: Path
+    report: Path
+    plots: list[Path] = field(default_factory=list)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # experiment_result.json
+
+    @classmethod
+    def from_json(cls, name: str, output: Path, result: dict[str, Any], *, order: Iterable[str] = (),
+                  report: Path, plots: Iterable[Path] = ()) -> "ExperimentResult":
+        from evalfleet.outputs.summary import RESULT_FILE
+
+        entries = result["runs"]
+        names = [n for n in order if n in entries] + [n for n in entries if n not in set(order)]
+        return cls(name=name, output=output, runs={n: RunResult.from_json(entries[n]) for n in names},
+                   result_file=output / RESULT_FILE, report=report, plots=list(plots), raw=result)
+
+    @property
+    def ok(self) -> bool:
+        """Every Run completed (all planned episodes decided, no infrastructure error left)."""
+        return all(r.status == "completed" for r in self.runs.values())
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+    def rates(self) -> dict[str, float | None]:
+        return {n: r.success_rate for n, r in self.runs.items()}
+
+    def __str__(self) -> str:
+        lines = [f"{self.name}: {len(self.runs)} Runs, report {self.report}"]
+        lines += [f"  {run}" for run in self.runs.values()]
+        return "\n".join(lines)
