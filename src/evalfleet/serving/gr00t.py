@@ -34,6 +34,7 @@ from pydantic import Field
 from evalfleet.errors import InfrastructureError
 from evalfleet.policies.base import POLICIES, BasePolicy
 from evalfleet.serving.batching import PolicyWorker
+from evalfleet.serving.client_options import RemoteClientOptions
 from evalfleet.serving.common import (
     DEFAULT_MAX_MESSAGE_MB,
     AuthenticationError,
@@ -42,7 +43,6 @@ from evalfleet.serving.common import (
     validate_options,
 )
 from evalfleet.serving.msgpack_numpy import WireFormatError, gr00t_packb, gr00t_unpackb
-from evalfleet.serving.openpi import RemoteClientOptions
 
 log = logging.getLogger(__name__)
 
