@@ -81,6 +81,11 @@ def _checked_size(shape: tuple[int, ...], dtype: np.dtype, present: int) -> int:
     return count
 
 
+def _described(exc: Exception) -> str:
+    # msgpack raises some errors (an invalid first byte: FormatError) with no message at all
+    return str(exc) or {"FormatError": "not a msgpack value"}.get(type(exc).__name__, type(exc).__name__)
+
+
 def _refuse_ext(code: int, data: bytes) -> Any:
     raise WireFormatError(f"msgpack extension type {code} is not part of the protocol")
 
@@ -93,7 +98,7 @@ def _unpack(data: Any, object_hook: Any) -> Any:
     except WireFormatError:
         raise
     except _MSGPACK_ERRORS as exc:
-        raise WireFormatError(f"malformed msgpack message: {exc}") from exc
+        raise WireFormatError(f"malformed msgpack message: {_described(exc)}") from exc
 
 
 def peek_map(data: Any, keys: Iterable[str]) -> dict[str, Any]:
@@ -117,7 +122,7 @@ def peek_map(data: Any, keys: Iterable[str]) -> dict[str, Any]:
     except WireFormatError:
         raise
     except _MSGPACK_ERRORS as exc:
-        raise WireFormatError(f"malformed msgpack message: {exc or type(exc).__name__}") from exc
+        raise WireFormatError(f"malformed msgpack message: {_described(exc)}") from exc
     return found
 
 

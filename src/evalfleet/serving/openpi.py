@@ -299,7 +299,11 @@ class OpenpiRemotePolicy(BasePolicy):
         if isinstance(reply, str):
             self._drop(env_id)
             raise RemotePolicyError(f"openpi server at {self.uri} reported an error:\n{reply}")
-        message = msgpack_numpy.unpackb(reply)
+        try:
+            message = msgpack_numpy.unpackb(reply)
+        except msgpack_numpy.WireFormatError as exc:
+            self._drop(env_id)
+            raise RemotePolicyError(f"openpi server at {self.uri} sent a reply that does not decode: {exc}") from exc
         if not isinstance(message, dict):
             raise RemotePolicyError(f"openpi server at {self.uri} sent a {type(message).__name__}, not a map")
         return message
