@@ -5,6 +5,7 @@ not pay for), and any allowed array survives a round trip exactly."""
 from __future__ import annotations
 
 import io
+import os
 
 import msgpack
 import numpy as np
@@ -16,7 +17,9 @@ from hypothesis.extra import numpy as hnp
 from evalfleet.serving import msgpack_numpy as codec
 
 DECODERS = {"openpi": codec.unpackb, "gr00t": codec.gr00t_unpackb}
-FAST = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+# a few seconds in all; EVALFLEET_HYPOTHESIS_EXAMPLES=5000 for a soak run
+EXAMPLES = int(os.environ.get("EVALFLEET_HYPOTHESIS_EXAMPLES", "150"))
+FAST = settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def decodes_or_refuses(decode, data: bytes) -> None:
@@ -151,7 +154,8 @@ def test_truncated_messages_raise_the_protocol_error(value, cut):
        data=MSGPACK_VALUES)
 def test_peek_map_reads_the_envelope_without_decoding_the_data(token, endpoint, data):
     payload = msgpack.packb({"data": data, "api_token": token, "endpoint": endpoint})
-    assert codec.peek_map(payload, ["api_token", "endpoint"]) == {"api_token": token, "endpoint": endpoint}
+    found = codec.peek_map(payload, ["api_token", "endpoint"])
+    assert msgpack.packb(found) == msgpack.packb({"api_token": token, "endpoint": endpoint})  # NaN-proof
 
 
 # ------------------------------------------------------------------ round trips
