@@ -137,7 +137,8 @@ class Gr00tServer:
                 return self.metadata.get("modality_config", {})
             if endpoint == "reset":
                 options = data.get("options") if isinstance(data, dict) else None
-                seed = (options or {}).get("episode_seed", 0) if isinstance(options, (dict, type(None))) else None
+                options = {} if options is None else options
+                seed = options.get("episode_seed", 0) if isinstance(options, dict) else None
                 if type(seed) is not int:
                     return {"error": "bad request: reset takes data = {\"options\": {\"episode_seed\": int}}"}
                 await self.worker.call(self.policy.reset, seed, env_id)
