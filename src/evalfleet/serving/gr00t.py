@@ -14,6 +14,11 @@ bytes, see `msgpack_numpy.gr00t_packb`) and receives one msgpack reply. Endpoint
 * Any failure → ``{"error": message}``; a missing or wrong token → ``{"error": "Unauthorized: Invalid API
   token"}``.
 
+Our server checks a request in this order, and answers every one: size (over `max_message_bytes` → error;
+over twice that, libzmq drops the peer), envelope (a msgpack map, read without decoding any array), token,
+endpoint, and only then decodes the data, each array bounded by the bytes that carry it (no .npz, no
+pickle, no object dtypes; see `msgpack_numpy`).
+
 Our server binds a ROUTER socket (wire-compatible with REQ clients) so requests from many clients are
 in flight at once and can be batched; each client socket is one env on the server side. Unlike the
 public client, ours never hangs: every request is polled with a timeout, and after a timeout the REQ
@@ -34,6 +39,7 @@ from pydantic import Field
 from evalfleet.errors import InfrastructureError
 from evalfleet.policies.base import POLICIES, BasePolicy
 from evalfleet.serving.batching import PolicyWorker
+from evalfleet.serving.client_options import RemoteClientOptions
 from evalfleet.serving.common import (
     DEFAULT_MAX_MESSAGE_MB,
     AuthenticationError,
@@ -41,14 +47,15 @@ from evalfleet.serving.common import (
     RemotePolicyError,
     validate_options,
 )
-from evalfleet.serving.msgpack_numpy import WireFormatError, gr00t_packb, gr00t_unpackb
-from evalfleet.serving.openpi import RemoteClientOptions
+from evalfleet.serving.msgpack_numpy import WireFormatError, gr00t_packb, gr00t_unpackb, peek_map
 
 log = logging.getLogger(__name__)
 
 UNAUTHORIZED = "Unauthorized: Invalid API token"
 ACTION_KEY = "action"
+ENDPOINTS = ("ping", "get_action", "reset", "get_modality_config")
 _RECENT_CLIENT_S = 2.0
+_TRANSPORT_LIMIT_FACTOR = 2
 
 
 # ===================================================================== server
@@ -88,20 +95,40 @@ class Gr00tServer:
             self._env_ids[identity] = len(self._env_ids)
         return self._env_ids[identity]
 
+    def _admit(self, payload: bytes) -> tuple[str, dict[str, Any] | None]:
+        """(endpoint, None) for a request that may be decoded, or ("", error reply). Reads only the envelope:
+        nothing the sender controls is decoded before its token is checked."""
+        if len(payload) > self.max_message_bytes:
+            return "", {"error": f"bad request: a message of {len(payload)} bytes is over this server's limit"
+                                 f" of {self.max_message_bytes} bytes"}
+        try:
+            envelope = peek_map(payload, ("api_token", "endpoint"))
+        except WireFormatError as exc:
+            return "", {"error": f"bad request: {exc}"}
+        if self.api_token is not None:
+            token = envelope.get("api_token")
+            if not isinstance(token, str) or not hmac.compare_digest(token.encode(), self.api_token.encode()):
+                log.warning("refused a request: missing or wrong API token")
+                return "", {"error": UNAUTHORIZED}
+        endpoint = envelope.get("endpoint", "get_action")
+        if not isinstance(endpoint, str):
+            return "", {"error": f"bad request: the endpoint must be a string, got {type(endpoint).__name__}"}
+        if endpoint not in ENDPOINTS:
+            return "", {"error": f"Unknown endpoint: {endpoint[:80]}"}
+        return endpoint, None
+
     async def _answer(self, identity: bytes, payload: bytes) -> Any:
+        endpoint, refusal = self._admit(payload)
+        if refusal is not None:
+            return refusal
+        self._last_seen[identity] = time.monotonic()  # only authenticated peers count as clients
         try:
             request = gr00t_unpackb(payload)
         except WireFormatError as exc:
             return {"error": f"bad request: {exc}"}
-        if not isinstance(request, dict):
-            return {"error": "bad request: expected a msgpack map"}
-        if self.api_token is not None:
-            token = request.get("api_token")
-            if not isinstance(token, str) or not hmac.compare_digest(token.encode(), self.api_token.encode()):
-                log.warning("refused a request: missing or wrong API token")
-                return {"error": UNAUTHORIZED}
-        endpoint = request.get("endpoint", "get_action")
-        data = request.get("data") or {}
+        if not isinstance(request, dict):  # the envelope itself was an encoded array
+            return {"error": "bad request: a request must be a msgpack map"}
+        data = request.get("data")
         env_id = self._env_id(identity)
         try:
             if endpoint == "ping":
@@ -110,24 +137,40 @@ class Gr00tServer:
                 return self.metadata.get("modality_config", {})
             if endpoint == "reset":
                 options = data.get("options") if isinstance(data, dict) else None
-                seed = int((options or {}).get("episode_seed", 0))
+                options = {} if options is None else options
+                seed = options.get("episode_seed", 0) if isinstance(options, dict) else None
+                if type(seed) is not int:
+                    return {"error": "bad request: reset takes data = {\"options\": {\"episode_seed\": int}}"}
                 await self.worker.call(self.policy.reset, seed, env_id)
                 return {}
-            if endpoint == "get_action":
-                current = isinstance(data, dict) and isinstance(data.get("observation"), dict)
-                observation = data["observation"] if current else data
-                if not isinstance(observation, dict):
-                    return {"error": "get_action needs an observation map"}
-                start = time.monotonic()
-                action = await self.worker.act(observation, env_id)
-                actions = {ACTION_KEY: action}
-                if current:
-                    return [actions, {"infer_ms": (time.monotonic() - start) * 1000.0}]
-                return actions
-            return {"error": f"Unknown endpoint: {endpoint}"}
+            # get_action
+            current = isinstance(data, dict) and isinstance(data.get("observation"), dict)
+            observation = data["observation"] if current else data
+            if not isinstance(observation, dict):
+                return {"error": "bad request: get_action needs an observation map"}
+            start = time.monotonic()
+            action = await self.worker.act(observation, env_id)
+            actions = {ACTION_KEY: action}
+            if current:
+                return [actions, {"infer_ms": (time.monotonic() - start) * 1000.0}]
+            return actions
         except Exception as exc:  # noqa: BLE001 - the client gets the error, the server lives on
             log.exception("error in endpoint %s", endpoint)
             return {"error": f"{type(exc).__name__}: {exc}"}
+
+    async def _reply(self, frames: list[bytes]) -> bytes:
+        """The encoded reply to one request; whatever goes wrong, an error reply."""
+        try:
+            if len(frames) != 3 or frames[1]:
+                return gr00t_packb({"error": "bad request: expected one message frame after the REQ envelope"})
+            reply = await self._answer(frames[0], frames[2])
+            try:
+                return gr00t_packb(reply)
+            except (TypeError, ValueError, OverflowError) as exc:
+                return gr00t_packb({"error": f"could not encode the reply: {exc}"})
+        except Exception as exc:  # noqa: BLE001 - a bug here must still answer, not leave the client waiting
+            log.exception("unexpected error answering a request")
+            return gr00t_packb({"error": f"internal server error: {type(exc).__name__}"})
 
     async def serve(self, stop: asyncio.Event, ready: Callable[[str, int], None] | None = None) -> None:
         import zmq
@@ -136,7 +179,10 @@ class Gr00tServer:
         context = zmq.asyncio.Context()
         socket = context.socket(zmq.ROUTER)
         socket.setsockopt(zmq.LINGER, 0)
-        socket.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
+        # libzmq drops a peer whose frame is over MAXMSGSIZE without a word (its REQ socket then waits out
+        # its timeout), so the transport limit is a multiple of ours: a message somewhat over our limit gets
+        # an error reply, and memory stays bounded either way.
+        socket.setsockopt(zmq.MAXMSGSIZE, _TRANSPORT_LIMIT_FACTOR * self.max_message_bytes)
         if self.port == 0:
             self.bound_port = socket.bind_to_random_port(f"tcp://{self.host}")
         else:
@@ -148,14 +194,9 @@ class Gr00tServer:
         pending: set[asyncio.Task] = set()
 
         async def handle(frames: list[bytes]) -> None:
-            identity, payload = frames[0], frames[-1]
-            reply = await self._answer(identity, payload)
-            try:
-                data = gr00t_packb(reply)
-            except TypeError as exc:
-                data = gr00t_packb({"error": f"could not encode the reply: {exc}"})
+            data = await self._reply(frames)
             async with send_lock:
-                await socket.send_multipart([identity, b"", data])
+                await socket.send_multipart([frames[0], b"", data])
 
         stopper = asyncio.ensure_future(stop.wait())
         try:
@@ -167,8 +208,7 @@ class Gr00tServer:
                     break
                 frames = receiver.result()
                 if len(frames) < 2:
-                    continue
-                self._last_seen[frames[0]] = time.monotonic()
+                    continue  # no payload at all: nothing to answer
                 task = asyncio.ensure_future(handle(frames))
                 pending.add(task)
                 task.add_done_callback(pending.discard)
@@ -239,7 +279,10 @@ class Gr00tRemotePolicy(BasePolicy):
         if not sock.poll(max(int(timeout_s * 1000), 1), self._zmq.POLLIN):
             self._drop(env_id)  # a REQ socket that timed out cannot send again
             raise TimeoutError(f"no reply from {self.address} within {timeout_s:g} s")
-        response = gr00t_unpackb(sock.recv())
+        try:
+            response = gr00t_unpackb(sock.recv())
+        except WireFormatError as exc:
+            raise RemotePolicyError(f"GR00T server at {self.address} sent a reply that does not decode: {exc}") from exc
         if isinstance(response, dict) and "error" in response:
             message = str(response["error"])
             if message.startswith("Unauthorized"):

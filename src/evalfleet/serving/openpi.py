@@ -7,7 +7,9 @@ Wire protocol (as spoken by openpi's `WebsocketPolicyServer` and the `openpi-cli
 * Each request is one binary frame holding a msgpack observation dict; each reply is one binary frame
   holding a msgpack dict with ``actions`` and ``server_timing`` (``infer_ms``, and ``prev_total_ms`` from
   the second request on). One request in flight per connection.
-* If the policy raises, the server sends the traceback as a *text* frame and closes with code 1011.
+* If the policy raises, the server sends the traceback as a *text* frame and closes with code 1011. A frame
+  that does not decode (not msgpack, not a map, a bogus array) gets a ``bad request: ...`` text frame and
+  close code 1007; a frame over the size limit, close code 1009.
 * ``GET /healthz`` on the same port answers ``200 OK`` (no key needed: it only says the process is up).
 
 evalfleet extensions, used only when the server's metadata advertises them (so a plain openpi server and
@@ -33,12 +35,12 @@ import traceback
 from typing import Any, Callable
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
 from evalfleet.errors import InfrastructureError
 from evalfleet.policies.base import POLICIES, BasePolicy
 from evalfleet.serving import msgpack_numpy
 from evalfleet.serving.batching import PolicyWorker
+from evalfleet.serving.client_options import RemoteClientOptions
 from evalfleet.serving.common import (
     DEFAULT_MAX_MESSAGE_MB,
     AuthenticationError,
@@ -51,6 +53,7 @@ log = logging.getLogger(__name__)
 
 RESET_KEY = "__evalfleet_reset__"
 HEALTH_PATH = "/healthz"
+CLOSE_BAD_DATA = 1007  # RFC 6455: a message whose data is not what its type promises
 
 
 def api_key_header(api_key: str) -> dict[str, str]:
@@ -94,12 +97,27 @@ class OpenpiServer:
         if path == HEALTH_PATH:
             return connection.respond(http.HTTPStatus.OK, "OK\n")
         if self.api_key:
-            sent = request.headers.get("Authorization", "")
-            expected = f"Api-Key {self.api_key}"
-            if not hmac.compare_digest(sent.encode(), expected.encode()):
+            sent = request.headers.get_all("Authorization")  # more than one is a refusal, not a crash
+            expected = f"Api-Key {self.api_key}".encode()
+            if len(sent) != 1 or not hmac.compare_digest(sent[0].encode("utf-8", "replace"), expected):
                 log.warning("refused a connection from %s: missing or wrong API key", connection.remote_address)
                 return connection.respond(http.HTTPStatus.UNAUTHORIZED, "missing or wrong API key\n")
         return None
+
+    @staticmethod
+    def _request(message: Any) -> dict[str, Any]:
+        """One decoded request frame. Raises WireFormatError for anything the protocol does not allow."""
+        if isinstance(message, str):
+            raise msgpack_numpy.WireFormatError("expected a binary msgpack frame, got text")
+        request = msgpack_numpy.unpackb(message)
+        if not isinstance(request, dict):
+            raise msgpack_numpy.WireFormatError(f"an observation must be a msgpack map, got {type(request).__name__}")
+        control = request.get(RESET_KEY)
+        if control is not None:
+            seed = control.get("episode_seed", 0) if isinstance(control, dict) else None
+            if type(seed) is not int:
+                raise msgpack_numpy.WireFormatError(f"{RESET_KEY} takes {{'episode_seed': int}}")
+        return request
 
     async def _handle(self, ws: Any) -> None:
         import websockets
@@ -112,29 +130,31 @@ class OpenpiServer:
             async for message in ws:
                 start = time.monotonic()
                 try:
-                    if isinstance(message, str):
-                        raise msgpack_numpy.WireFormatError("expected a binary msgpack frame, got text")
-                    observation = msgpack_numpy.unpackb(message)
-                    if not isinstance(observation, dict):
-                        raise msgpack_numpy.WireFormatError("an observation must be a msgpack map")
-                    control = observation.get(RESET_KEY)
+                    request = self._request(message)
+                except msgpack_numpy.WireFormatError as exc:
+                    # the peer's fault: say what was wrong (no traceback), then close as openpi does on errors
+                    log.warning("bad request on connection %d: %s", env_id, exc)
+                    await ws.send(f"bad request: {exc}")
+                    await ws.close(code=CLOSE_BAD_DATA, reason="bad request")
+                    return
+                try:
+                    control = request.get(RESET_KEY)
                     if control is not None:
-                        seed = int(control.get("episode_seed", 0)) if isinstance(control, dict) else 0
-                        await self.worker.call(self.policy.reset, seed, env_id)
+                        await self.worker.call(self.policy.reset, control.get("episode_seed", 0), env_id)
                         await ws.send(msgpack_numpy.packb({"ok": True}))
                         continue
                     infer_start = time.monotonic()
-                    action = await self.worker.act(observation, env_id)
-                    infer_ms = (time.monotonic() - infer_start) * 1000.0
+                    action = await self.worker.act(request, env_id)
+                    timing: dict[str, float] = {"infer_ms": (time.monotonic() - infer_start) * 1000.0}
+                    if prev_total_ms is not None:
+                        timing["prev_total_ms"] = prev_total_ms
+                    reply = msgpack_numpy.packb({"actions": action, "server_timing": timing})
                 except Exception:
                     log.exception("policy error on connection %d", env_id)
                     await ws.send(traceback.format_exc())
                     await ws.close(code=1011, reason="Internal server error")
                     return
-                timing: dict[str, float] = {"infer_ms": infer_ms}
-                if prev_total_ms is not None:
-                    timing["prev_total_ms"] = prev_total_ms
-                await ws.send(msgpack_numpy.packb({"actions": action, "server_timing": timing}))
+                await ws.send(reply)
                 prev_total_ms = (time.monotonic() - start) * 1000.0
         except websockets.ConnectionClosed:
             pass
@@ -176,47 +196,6 @@ def openpi_healthy(host: str, port: int, timeout_s: float = 1.0) -> bool:
 
 
 # ===================================================================== client
-
-
-class ServerResourceOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    gpus: int = 0
-    cpus: float = 1
-    memory_gb: float = 2
-
-
-class BatchingOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    max_batch: int = Field(8, ge=1)
-    max_wait_ms: float = Field(5.0, ge=0)
-
-
-class RemoteClientOptions(BaseModel):
-    """Options shared by `openpi_remote` and `gr00t_remote`.
-
-    Client side: `host`, `port` (the backend fills them in when it starts the server), `api_key`,
-    `connect_timeout_s` (how long to wait for the server to become ready, and to come back after it is
-    lost), `request_timeout_s` (one request), `max_retries` (re-sends of one request after a lost
-    connection), `backoff_s`/`backoff_max_s` (reconnect pacing).
-    Server side (used when evalfleet starts the server): `serve` = the policy to serve, given as
-    `{type: <registered policy>, <its options>...}`; `batching`; `server_resources`. Without `serve`
-    the client talks to a server someone else runs, at `host:port`.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    host: str = "127.0.0.1"
-    port: int = Field(8000, ge=0, le=65535)
-    api_key: str | None = None
-    connect_timeout_s: float = Field(60.0, gt=0)
-    request_timeout_s: float = Field(30.0, gt=0)
-    max_retries: int = Field(3, ge=0)
-    backoff_s: float = Field(0.05, gt=0)
-    backoff_max_s: float = Field(2.0, gt=0)
-    max_message_mb: float = Field(DEFAULT_MAX_MESSAGE_MB, gt=0)
-    observation_map: dict[str, str] = Field(default_factory=dict)
-    serve: dict[str, Any] | None = None
-    batching: BatchingOptions = Field(default_factory=BatchingOptions)
-    server_resources: ServerResourceOptions = Field(default_factory=ServerResourceOptions)
 
 
 class OpenpiRemoteOptions(RemoteClientOptions):
@@ -320,7 +299,11 @@ class OpenpiRemotePolicy(BasePolicy):
         if isinstance(reply, str):
             self._drop(env_id)
             raise RemotePolicyError(f"openpi server at {self.uri} reported an error:\n{reply}")
-        message = msgpack_numpy.unpackb(reply)
+        try:
+            message = msgpack_numpy.unpackb(reply)
+        except msgpack_numpy.WireFormatError as exc:
+            self._drop(env_id)
+            raise RemotePolicyError(f"openpi server at {self.uri} sent a reply that does not decode: {exc}") from exc
         if not isinstance(message, dict):
             raise RemotePolicyError(f"openpi server at {self.uri} sent a {type(message).__name__}, not a map")
         return message
