@@ -30,7 +30,7 @@ class PushTOptions(BaseModel):
     actions: Literal["native", "normalized"] = "native"
     image_size: int = Field(default=96, ge=8, le=1024, description="side of the `top` camera image (pixels obs)")
     render: bool = Field(default=False, description="add camera `render`: the 680 px visualisation, every step")
-    render_size: int = Field(default=680, ge=8, le=2048)
+    render_size: int = Field(default=680, ge=96, le=2048)  # gym-pusht draws its action marker 0 px thick below 96
     instruction: str = INSTRUCTION
 
     def cameras(self) -> list[str]:
