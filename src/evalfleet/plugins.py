@@ -10,6 +10,9 @@ from importlib.metadata import entry_points
 
 BUILTIN_MODULES = (
     "evalfleet.sim.metaworld_spec",
+    "evalfleet.sim.gymnasium_spec",
+    "evalfleet.sim.pusht_spec",
+    "evalfleet.sim.robosuite_spec",
     "evalfleet.serving",
 )
 POLICY_PACKAGE = "evalfleet.policies"  # every module in it registers its policies

@@ -48,6 +48,8 @@ class VariationInfo:
 class EnvironmentInfo:
     variations: dict[str, VariationInfo] = field(default_factory=dict)
     builder_keys: frozenset[str] = frozenset({"num_envs", "seed"})
+    # The action size a served policy is told before any env exists (the runner uses the real env's).
+    action_dim: int = 4
 
 
 @dataclass
@@ -59,6 +61,10 @@ class StepResult:
 
 
 class Environment(Protocol):
+    """Adapters may also declare `action_low`/`action_high` (bounds of the actions they accept),
+    `cameras` (names rendered into `observation/images/<camera>`) and `render(camera, height, width)`
+    (used by video recording)."""
+
     action_dim: int
     max_steps: int
     instruction: str

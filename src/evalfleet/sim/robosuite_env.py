@@ -1,0 +1,180 @@
+"""robosuite adapter: one task instance built once, reseeded per episode, nominal model restored first.
+
+robosuite 1.5.1 draws every random choice of a reset (the placement sampler's object poses, the
+robot's initial joint noise, the objects' sizes when the model is built) from NumPy's global
+generator. So the global generator is seeded from the episode's seed just around `env.reset()` (and
+from 0 around construction, so every instance builds the same objects), then put back as it was:
+episode i's start depends only on its seed, whichever env instance or process plays it. `hard_reset`
+is off (the model is built once; a reset restores its initial state), which also keeps the model
+arrays the variations change, and restore, in one place.
+
+State vector (robomimic's low-dim layout): the task's `object-state`, then `robot0_eef_pos` (3),
+`robot0_eef_quat` (4), `robot0_gripper_qpos` (2). For Lift: cube_pos 0:3, cube_quat 3:7,
+gripper_to_cube_pos 7:10, eef_pos 10:13, eef_quat 13:17, gripper_qpos 17:19.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, Iterator
+
+import numpy as np
+
+from evalfleet.sim.base import StepResult
+from evalfleet.sim.gymnasium_env import noise_rng
+from evalfleet.sim.robosuite_spec import TASK_INSTRUCTIONS, RobosuiteOptions
+
+ROBOT_STATE_KEYS = ("robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos")
+
+
+@contextlib.contextmanager
+def seeded_global_numpy(seed: int) -> Iterator[None]:
+    """Seed NumPy's global generator for a block, then restore what it was (nothing else is disturbed)."""
+    saved = np.random.get_state()
+    np.random.seed(int(seed) % 2**32)
+    try:
+        yield
+    finally:
+        np.random.set_state(saved)
+
+
+def controller_config(controller: str, robot: str) -> dict[str, Any]:
+    robosuite = import_robosuite()
+    load_composite_controller_config = robosuite.load_composite_controller_config
+    load_part_controller_config = robosuite.load_part_controller_config
+
+    config = load_composite_controller_config(controller="BASIC", robot=robot)
+    # A fixed-base single arm has one part, "right"; BASIC's other parts only make robosuite warn.
+    arm = dict(config["body_parts"]["right"])
+    if controller != "OSC_POSE":  # BASIC's arm controller
+        arm = {**load_part_controller_config(default_controller=controller), "gripper": arm.get("gripper")}
+    config["body_parts"] = {"right": arm}
+    return config
+
+
+def import_robosuite() -> Any:
+    """robosuite, imported without its import-time notices (no private macro file, optional robot
+    models) and with its own logger at WARNING (it logs every controller config it loads at INFO)."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        import robosuite
+    finally:
+        logging.disable(previous)
+    logging.getLogger("robosuite_logs").setLevel(logging.WARNING)
+    return robosuite
+
+
+def make_robosuite_env(options: RobosuiteOptions) -> Any:
+    robosuite = import_robosuite()
+    with seeded_global_numpy(0):
+        return robosuite.make(
+            options.task, robots=options.robot, controller_configs=controller_config(options.controller, options.robot),
+            has_renderer=False, has_offscreen_renderer=False, use_camera_obs=False, use_object_obs=True,
+            reward_shaping=False, control_freq=options.control_freq, horizon=options.max_steps,
+            ignore_done=True,  # the adapter ends episodes; robosuite would raise on a step past its horizon
+            hard_reset=False,
+        )
+
+
+class RobosuiteEnvironment:
+    def __init__(self, options: RobosuiteOptions):
+        import mujoco
+
+        self.options = options
+        self.task = options.task
+        self.instruction = options.instruction or TASK_INSTRUCTIONS[options.task]
+        self.max_steps = options.max_steps
+        self.cameras = tuple(options.cameras)
+        self.env = make_robosuite_env(options)
+        self.action_low, self.action_high = (np.asarray(b, dtype=np.float64) for b in self.env.action_spec)
+        self.action_dim = int(self.action_low.shape[0])
+        model = self.model
+        self._nominal_friction = model.geom_friction.copy()
+        self._nominal_mass = model.body_mass.copy()
+        self._nominal_inertia = model.body_inertia.copy()
+        free = np.flatnonzero(model.jnt_type == mujoco.mjtJoint.mjJNT_FREE)
+        self._free_bodies = sorted({int(model.jnt_bodyid[j]) for j in free})
+        self._renderers: dict[tuple[int, int], Any] = {}
+        self._steps = 0
+        self._action_noise = self._obs_noise = 0.0
+        self._action_rng = self._obs_rng = np.random.default_rng(0)
+
+    @property
+    def model(self) -> Any:
+        return self.env.sim.model._model
+
+    @property
+    def data(self) -> Any:
+        return self.env.sim.data._data
+
+    # -- episode ---------------------------------------------------------------------------------
+    def reset(self, seed: int, variations: dict[str, Any]) -> dict[str, Any]:
+        model = self.model
+        # Nominal first, so no variation leaks from one episode into the next.
+        model.geom_friction[:] = self._nominal_friction
+        model.body_mass[:] = self._nominal_mass
+        model.body_inertia[:] = self._nominal_inertia
+        friction = variations.get("scene.friction_scale")
+        if friction is not None:
+            model.geom_friction[:, 0] = self._nominal_friction[:, 0] * float(friction)
+        mass = variations.get("object.mass_scale")
+        if mass is not None:
+            for b in self._free_bodies:
+                model.body_mass[b] = self._nominal_mass[b] * float(mass)
+                model.body_inertia[b] = self._nominal_inertia[b] * float(mass)
+        with seeded_global_numpy(seed):
+            obs = self.env.reset()
+        self._steps = 0
+        self._action_noise = float(variations.get("robot.action_noise") or 0.0)
+        self._obs_noise = float(variations.get("robot.observation_noise") or 0.0)
+        self._action_rng = noise_rng(seed, "robot.action_noise")
+        self._obs_rng = noise_rng(seed, "robot.observation_noise")
+        return self._observation(obs)
+
+    def step(self, action: np.ndarray) -> StepResult:
+        action = np.asarray(action, dtype=np.float64).reshape(-1)[: self.action_dim]
+        if self._action_noise > 0:
+            action = action + self._action_rng.normal(0.0, self._action_noise, size=action.shape)
+        action = np.clip(action, self.action_low, self.action_high)
+        obs, reward, _done, _info = self.env.step(action)
+        self._steps += 1
+        success = bool(self.env._check_success())
+        done = success or self._steps >= self.max_steps
+        return StepResult(self._observation(obs), success, done, {"steps": self._steps, "reward": float(reward)})
+
+    def _observation(self, obs: dict[str, Any]) -> dict[str, Any]:
+        parts = [np.asarray(obs["object-state"], dtype=np.float64).reshape(-1)] if "object-state" in obs else []
+        parts += [np.asarray(obs[k], dtype=np.float64).reshape(-1) for k in ROBOT_STATE_KEYS]
+        state = np.concatenate(parts)
+        if self._obs_noise > 0:
+            state = state + self._obs_rng.normal(0.0, self._obs_noise, size=state.shape)
+        out: dict[str, Any] = {"observation/state": state, "prompt": self.instruction}
+        for i, camera in enumerate(self.cameras):
+            image = self.render(camera)
+            out[f"observation/images/{camera}"] = image
+            if i == 0:
+                out["observation/image"] = image
+            if camera == "robot0_eye_in_hand":
+                out["observation/wrist_image"] = image
+        return out
+
+    # -- rendering -------------------------------------------------------------------------------
+    def render(self, camera: str, height: int | None = None, width: int | None = None) -> np.ndarray:
+        """A named camera of the current state, uint8 H×W×3 the right way up (evalfleet's renderer)."""
+        default_h, default_w = self.options.image_hw()
+        size = (int(height or default_h), int(width or default_w))
+        renderer = self._renderers.get(size)
+        if renderer is None:
+            from evalfleet.sim.rendering import OffscreenRenderer
+
+            renderer = OffscreenRenderer(self.model, size[1], size[0], self.options.render_quality)
+            self._renderers[size] = renderer
+        return renderer.render(self.data, camera)["rgb"]
+
+    def close(self) -> None:
+        for renderer in self._renderers.values():
+            renderer.close()
+        self._renderers.clear()
+        self.env.close()

@@ -1,0 +1,55 @@
+"""`test_observation_digest`: uniform random actions seeded per episode that also write, for every
+step, a digest of the observation it saw to $EVALFLEET_DIGEST_DIR/<pid>.txt — so a test can compare
+whole observation streams of the same episodes run by different workers or env counts."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any
+
+import numpy as np
+
+from evalfleet.policies.base import POLICIES, BasePolicy
+
+
+def observation_digest(observation: dict[str, Any]) -> str:
+    h = hashlib.sha256()
+    for key in sorted(observation):
+        value = observation[key]
+        h.update(key.encode())
+        h.update(value.encode() if isinstance(value, str) else np.ascontiguousarray(value).tobytes())
+    return h.hexdigest()[:16]
+
+
+def read_digests(folder) -> dict[tuple[int, int], str]:
+    found: dict[tuple[int, int], str] = {}
+    for path in sorted(folder.glob("*.txt")):
+        for line in path.read_text().splitlines():
+            seed, step, digest = line.split()
+            found[(int(seed), int(step))] = digest
+    return found
+
+
+class DigestPolicy(BasePolicy):
+    def __init__(self, options: Any, context: Any):
+        self.action_dim = context.action_dim
+        self._episodes: dict[int, list] = {}  # env_id → [seed, step, rng]
+        folder = os.environ["EVALFLEET_DIGEST_DIR"]
+        self._out = open(os.path.join(folder, f"{os.getpid()}-{id(self)}.txt"), "a")
+
+    def reset(self, episode_seed: int, env_id: int = 0) -> None:
+        self._episodes[env_id] = [episode_seed, 0, np.random.default_rng([episode_seed, 5])]
+
+    def act(self, observation: dict[str, Any], env_id: int = 0) -> np.ndarray:
+        episode = self._episodes[env_id]
+        self._out.write(f"{episode[0]} {episode[1]} {observation_digest(observation)}\n")
+        self._out.flush()
+        episode[1] += 1
+        return episode[2].uniform(-1.0, 1.0, size=self.action_dim).astype(np.float32)
+
+    def close(self) -> None:
+        self._out.close()
+
+
+POLICIES.register("test_observation_digest")(lambda options, context: DigestPolicy(options, context))
