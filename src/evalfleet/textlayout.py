@@ -30,8 +30,10 @@ def output_width(default: int = 80) -> int:
     return shutil.get_terminal_size((default, 24)).columns
 
 
-def table_lines(columns: list[Column], rows: list[list[str]], width: int, *, title: str | None = None) -> list[str]:
-    """The table as lines of at most `width` characters, except a single cell longer than the width."""
+def table_lines(columns: list[Column], rows: list[list[str]], width: int, *, title: str | None = None,
+                name_columns: int = 1) -> list[str]:
+    """The table as lines of at most `width` characters, except a single cell longer than the width.
+    In blocks, the first `name_columns` cells (what names a row) head each block, joined by " / "."""
     lines = [title] if title else []
     widths = [max([len(c.header)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
     if sum(widths) + len(COLUMN_GAP) * (len(columns) - 1) <= width:
@@ -45,8 +47,8 @@ def table_lines(columns: list[Column], rows: list[list[str]], width: int, *, tit
         lines.extend(line(r) for r in rows)
         return lines
     for r in rows:
-        lines.append(r[0])
-        fields = [f"{c.header}: {cell}" for c, cell in zip(columns[1:], r[1:])]
+        lines.append(" / ".join(r[:name_columns]))
+        fields = [f"{c.header}: {cell}" for c, cell in zip(columns[name_columns:], r[name_columns:])]
         lines.extend(wrap_fields(fields, width, indent=BLOCK_INDENT))
     return lines
 
