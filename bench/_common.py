@@ -85,8 +85,9 @@ class Timer:
 def emit(figures: dict[str, Any], *, machine_before: dict[str, Any] | None = None) -> None:
     """Print the figures as JSON with the machine beside them (load average at the start and at the end)."""
     end = machine()
-    out = {"machine": {**end, "load_average_at_start": (machine_before or end)["load_average"],
-                       "load_average_at_end": end.pop("load_average")}, **figures}
+    at_end = end.pop("load_average")
+    at_start = (machine_before or {}).get("load_average", at_end)
+    out = {"machine": {**end, "load_average_at_start": at_start, "load_average_at_end": at_end}, **figures}
     print(compact_json(out))
 
 
