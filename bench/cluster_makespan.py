@@ -1,11 +1,15 @@
 """Cluster makespan model: Arena's one-server-per-Run scheme versus evalfleet's shards + shared batching servers.
 
 A seeded discrete-event model of a cluster of G GPUs evaluating 20 tasks x 2 served policies x 100 episodes
-(40 Runs, 4,000 episodes). Prints one JSON object: for G in {8, 16, 40, 80}, makespan (hours) and GPU-hours
-of both schemes, plus the assumptions used.
+(40 Runs, 4,000 episodes). Prints one JSON object: for G in {8, 16, 40, 80}, makespan (hours), GPU-hours and
+CPU-hours of both schemes, over `--repeats` seeds of the model (median and spread), plus the assumptions.
+The headline states what runners hold: by default each runner holds 1 GPU (`--runner-gpus 1`), as Isaac Lab
+runners do (the simulator and its cameras run on the GPU); `--runner-gpus 0` models CPU-side simulation
+(Meta-World), where runners cost CPU-hours only.
 
-    python bench/cluster_makespan.py [--gpus 8 16 40 80] [--seed 0] [--sim-step-ms 25] [--latency-ms 90 140]
-                                     [--batch-gain 0.15] [--shard-size 10] [--runner-gpus 0]
+    python bench/cluster_makespan.py [--gpus 8 16 40 80] [--seed 0] [--repeats 3] [--sim-step-ms 25]
+                                     [--latency-ms 90 140] [--batch-gain 0.15] [--shard-size 10]
+                                     [--runner-gpus 1] [--runner-cpus 8] [--server-cpus 8]
 
 The workload (the same episodes for both schemes: common random numbers)
   * Episode length: a (task, policy) pair has a success probability p ~ Beta(2, 2); a successful episode ends
@@ -33,18 +37,20 @@ The workload (the same episodes for both schemes: common random numbers)
     (a batch of 8 costs 2.05x one query: VLA inference is dominated by weight reads that a batch shares; our
     bench/serving.py measures the server-side batching machinery, not a GPU model).
 
-GPU-hours count GPU reservations (server + runner GPUs), whether busy or idle, which is what a cluster bills.
+GPU-hours count GPU reservations (server + runner GPUs), whether busy or idle, which is what a cluster bills;
+CPU-hours likewise count the cores reserved by runner tasks (--runner-cpus each) and server tasks
+(--server-cpus each) for as long as the tasks are held.
 """
 
 from __future__ import annotations
 
 import argparse
 import heapq
-import json
 from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
+from _common import add_repeat_arg, emit, machine, spread
 
 TASKS, POLICIES, EPISODES = 20, 2, 100
 MAX_STEPS, HORIZON, RESET_S, RTT_S = 600, 8, 2.0, 0.002
@@ -103,7 +109,7 @@ def arena(w: Workload, gpus: int, runner_gpus: int, rng: np.random.Generator) ->
         heapq.heappush(free, start + d)
         end = max(end, start + d)
     return {"makespan_h": end / 3600, "gpu_hours": sum(durations) * per_run / 3600, "runs_in_parallel": slots,
-            "cpu_task_hours": sum(durations) / 3600}
+            "runner_task_hours": sum(durations) / 3600, "server_task_hours": sum(durations) / 3600}
 
 
 # ---------------------------------------------------------------------------- (b) shards + shared servers
@@ -201,41 +207,75 @@ def evalfleet(w: Workload, gpus: int, runner_gpus: int, shard_size: int, batch_g
     makespan = max(policy_done)
     server_seconds = sum(policy_done[rep_policy[k]] for k in range(n_rep))
     return {"makespan_h": makespan / 3600, "gpu_hours": (server_seconds + runner_gpu_seconds) / 3600,
-            "server_replicas": n_rep, "runners": len(runners), "cpu_task_hours": cpu_task_seconds / 3600}
+            "server_replicas": n_rep, "runners": len(runners), "runner_task_hours": cpu_task_seconds / 3600,
+            "server_task_hours": server_seconds / 3600}
+
+
+def with_cpu_hours(m: dict[str, float], runner_cpus: float, server_cpus: float) -> dict[str, float]:
+    return {**m, "cpu_hours": m["runner_task_hours"] * runner_cpus + m["server_task_hours"] * server_cpus}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", type=int, nargs="+", default=[8, 16, 40, 80])
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="first seed; repeat i uses seed + i")
     ap.add_argument("--sim-step-ms", type=float, default=25.0)
     ap.add_argument("--latency-ms", type=float, nargs=2, default=[90.0, 140.0])
     ap.add_argument("--batch-gain", type=float, default=0.15)
     ap.add_argument("--max-batch", type=int, default=8)
     ap.add_argument("--shard-size", type=int, default=10)
     ap.add_argument("--runners-per-replica", type=int, default=12)
-    ap.add_argument("--runner-gpus", type=int, default=0)
+    ap.add_argument("--runner-gpus", type=int, default=1,
+                    help="GPUs each runner holds (default 1, as Isaac Lab runners do; 0 for CPU-side simulation)")
+    ap.add_argument("--runner-cpus", type=float, default=8.0, help="cores each runner task reserves (default 8)")
+    ap.add_argument("--server-cpus", type=float, default=8.0, help="cores each server task reserves (default 8)")
+    add_repeat_arg(ap)
     args = ap.parse_args()
-    w = make_workload(np.random.default_rng(args.seed), args.sim_step_ms, args.latency_ms)
-    rows = {}
-    for g in args.gpus:
-        a = arena(w, g, args.runner_gpus, np.random.default_rng([args.seed, g, 1]))
-        b = evalfleet(w, g, args.runner_gpus, args.shard_size, args.batch_gain, args.max_batch,
-                      args.runners_per_replica, np.random.default_rng([args.seed, g, 2]))
-        rows[str(g)] = {"arena": {k: round(v, 3) if isinstance(v, float) else v for k, v in a.items()},
-                        "evalfleet": {k: round(v, 3) if isinstance(v, float) else v for k, v in b.items()},
-                        "speedup": round(a["makespan_h"] / b["makespan_h"], 2),
-                        "gpu_hours_ratio": round(a["gpu_hours"] / b["gpu_hours"], 2)}
-    print(json.dumps({
+    before = machine()
+    samples: dict[int, list[dict]] = {g: [] for g in args.gpus}
+    queries = []
+    for i in range(args.repeats):
+        seed = args.seed + i
+        w = make_workload(np.random.default_rng(seed), args.sim_step_ms, args.latency_ms)
+        queries.append(int(sum(c.size for eps in w.cycles for c in eps)))
+        for g in args.gpus:
+            a = with_cpu_hours(arena(w, g, args.runner_gpus, np.random.default_rng([seed, g, 1])),
+                               args.runner_cpus, args.server_cpus)
+            b = with_cpu_hours(evalfleet(w, g, args.runner_gpus, args.shard_size, args.batch_gain, args.max_batch,
+                                         args.runners_per_replica, np.random.default_rng([seed, g, 2])),
+                               args.runner_cpus, args.server_cpus)
+            samples[g].append({"arena": a, "evalfleet": b})
+    rows, headline = {}, {}
+    for g, reps in samples.items():
+        def figure(scheme: str, key: str) -> dict:
+            return spread([r[scheme][key] for r in reps], 3)
+
+        row = {scheme: {k: figure(scheme, k) for k in reps[0][scheme]} for scheme in ("arena", "evalfleet")}
+        row["speedup"] = spread([r["arena"]["makespan_h"] / r["evalfleet"]["makespan_h"] for r in reps], 2)
+        row["gpu_hours_ratio"] = spread([r["arena"]["gpu_hours"] / r["evalfleet"]["gpu_hours"] for r in reps], 2)
+        row["cpu_hours_ratio"] = spread([r["arena"]["cpu_hours"] / r["evalfleet"]["cpu_hours"] for r in reps], 2)
+        rows[str(g)] = row
+        headline[f"{g}_gpus"] = {
+            "makespan_h": {"arena": row["arena"]["makespan_h"]["median"],
+                           "evalfleet": row["evalfleet"]["makespan_h"]["median"]},
+            "makespan_speedup": row["speedup"]["median"],
+            "gpu_hours": {"arena": row["arena"]["gpu_hours"]["median"], "evalfleet": row["evalfleet"]["gpu_hours"]["median"]},
+            "cpu_hours": {"arena": row["arena"]["cpu_hours"]["median"], "evalfleet": row["evalfleet"]["cpu_hours"]["median"]},
+        }
+    holds = (f"each runner holds {args.runner_gpus} GPU(s) and {args.runner_cpus:g} cores (Isaac Lab-like)"
+             if args.runner_gpus else f"runners hold no GPU, {args.runner_cpus:g} cores each (CPU-side simulation)")
+    emit({
+        "headline": {"runners": holds, "medians_over_seeds": args.repeats, **headline},
         "workload": {"tasks": TASKS, "policies": POLICIES, "episodes_per_run": EPISODES,
-                     "episodes": TASKS * POLICIES * EPISODES,
-                     "queries": int(sum(c.size for eps in w.cycles for c in eps))},
+                     "episodes": TASKS * POLICIES * EPISODES, "queries": spread(queries, 0)},
         "assumptions": {"sim_step_ms": args.sim_step_ms, "latency_ms": args.latency_ms,
                         "batch_gain": args.batch_gain, "max_batch": args.max_batch, "shard_size": args.shard_size,
                         "runners_per_replica": args.runners_per_replica, "runner_gpus": args.runner_gpus,
-                        "max_steps": MAX_STEPS, "open_loop_horizon": HORIZON, "seed": args.seed},
+                        "runner_cpus": args.runner_cpus, "server_cpus": args.server_cpus,
+                        "max_steps": MAX_STEPS, "open_loop_horizon": HORIZON,
+                        "seeds": [args.seed + i for i in range(args.repeats)]},
         "by_gpus": rows,
-    }, indent=1))
+    }, machine_before=before)
 
 
 if __name__ == "__main__":

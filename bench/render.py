@@ -1,7 +1,9 @@
 """Offscreen rendering cost, the run-time overhead of video recording, and (optionally) how the
 camera-based `metaworld_vision` policy does at nominal and with its camera moved.
 
-    python bench/render.py [--frames 100] [--episodes 20] [--vision-episodes 0] [--vision-offset 0.03]
+    python bench/render.py [--frames 100] [--episodes 20] [--repeats 3] [--vision-episodes 0] [--vision-offset 0.03]
+
+Every figure is measured `--repeats` times and printed as median and spread, with the machine beside it.
 
 Prints JSON:
 - `ms_per_frame`: one RGB frame of Meta-World's `corner` camera (pick-place-v3) at 128 and 224 px,
@@ -20,17 +22,16 @@ Prints JSON:
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import yaml
+from _common import add_repeat_arg, emit, machine, spread
 
 
-def ms_per_frame(frames: int) -> dict[str, float]:
+def ms_per_frame(frames: int, repeats: int = 1) -> dict[str, dict]:
     from evalfleet.sim.metaworld_env import make_task_env
     from evalfleet.sim.rendering import OffscreenRenderer
 
@@ -43,10 +44,13 @@ def ms_per_frame(frames: int) -> dict[str, float]:
             renderer = OffscreenRenderer(env.model, size, size, quality)
             for _ in range(5):
                 renderer.render(env.data, "corner")
-            t0 = time.perf_counter()
-            for _ in range(frames):
-                renderer.render(env.data, "corner")
-            out[f"{size}px_{quality}"] = round(1000 * (time.perf_counter() - t0) / frames, 3)
+            timings = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                for _ in range(frames):
+                    renderer.render(env.data, "corner")
+                timings.append(1000 * (time.perf_counter() - t0) / frames)
+            out[f"{size}px_{quality}"] = spread(timings, 3)
             renderer.close()
     env.close()
     return out
@@ -124,12 +128,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--episodes", type=int, default=20)
     ap.add_argument("--vision-episodes", type=int, default=0)
     ap.add_argument("--vision-offset", type=float, default=0.03)
+    add_repeat_arg(ap)
     args = ap.parse_args(argv)
     from evalfleet.sim.rendering import gl_backend
 
-    report: dict = {"backend": gl_backend(), "ms_per_frame": ms_per_frame(args.frames),
-                    "recording_state_policy": recording_overhead(args.episodes, cameras=False),
-                    "recording_camera_policy": recording_overhead(args.episodes, cameras=True)}
+    before = machine()
+
+    def repeated_overhead(cameras: bool) -> dict:
+        runs = [recording_overhead(args.episodes, cameras=cameras) for _ in range(args.repeats)]
+        return {"episodes": args.episodes, "steps": runs[0]["steps"], "videos": runs[0]["videos"],
+                **{k: spread([r[k] for r in runs], 4) for k in ("seconds_without", "seconds_with_every_10th",
+                                                                  "overhead")}}
+
+    report: dict = {"backend": gl_backend(), "ms_per_frame": ms_per_frame(args.frames, args.repeats),
+                    "recording_state_policy": repeated_overhead(False),
+                    "recording_camera_policy": repeated_overhead(True)}
     if args.vision_episodes:
         report["vision_policy"] = {
             task: {
@@ -140,8 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             }
             for task in ("pick-place-v3", "push-v3")
         }
-    json.dump(report, sys.stdout, indent=1)
-    print()
+    emit(report, machine_before=before)
     return 0
 
 

@@ -1,10 +1,12 @@
 """Throughput of the local backend against a plain two-process loop over the same episodes.
 
-    python bench/throughput.py [--episodes-per-task 250] [--workers 2]
+    python bench/throughput.py [--episodes-per-task 250] [--workers 2] [--repeats 3]
 
 Prints JSON: evalfleet's episodes/s (the whole `evalfleet run`: planning, worker start-up under the
 watchdog, records, collect and report) next to a bare multiprocessing loop that steps the same seeded
-Meta-World episodes with the same experts and writes nothing, and their ratio (target ≥ 0.85).
+Meta-World episodes with the same experts and writes nothing, and their ratio (target ≥ 0.85), measured
+in `--repeats` interleaved pairs (plain, evalfleet; evalfleet, plain; ...): median and spread of each
+figure and of the pairwise ratio, with the machine's cores and load average.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import time
 from pathlib import Path
 
 import yaml
+from _common import add_repeat_arg, emit, interleaved, machine, ratios, spread
 
 TASKS = ("reach-v3", "push-v3", "pick-place-v3", "drawer-open-v3")
 
@@ -54,7 +57,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes-per-task", type=int, default=250)
     parser.add_argument("--workers", type=int, default=2)
+    add_repeat_arg(parser)
     args = parser.parse_args()
+    before = machine()
 
     from evalfleet.experiment.loading import load_experiment
     from evalfleet.experiment.plan import make_plan
@@ -69,34 +74,39 @@ def main() -> None:
         items = [(rp.run.environment.options()["task"], e.seed) for rp in plan.runs.values() for e in rp.episodes()]
         total = len(items)
 
-        t0 = time.perf_counter()
-        with mp.get_context("spawn").Pool(args.workers) as pool:
-            parts = pool.map(plain_worker, [items[i::args.workers] for i in range(args.workers)])
-        plain_s = time.perf_counter() - t0
-        plain_success = sum(p[0] for p in parts)
+        def plain() -> tuple[float, int]:
+            t0 = time.perf_counter()
+            with mp.get_context("spawn").Pool(args.workers) as pool:
+                parts = pool.map(plain_worker, [items[i::args.workers] for i in range(args.workers)])
+            return time.perf_counter() - t0, sum(p[0] for p in parts)
 
-        out = Path(tmp) / "out"
-        t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "evalfleet.cli", "run", str(exp_path), "--output", str(out),
-                               "--workers", str(args.workers), "--no-progress"], capture_output=True, text=True)
-        evalfleet_s = time.perf_counter() - t0
-        if proc.returncode != 0:
-            sys.exit(f"evalfleet run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-        result = json.loads((out / "experiment_result.json").read_text())
-        ef_success = sum(r["counts"]["success"] for r in result["runs"].values())
+        def evalfleet() -> tuple[float, int]:
+            out = Path(tempfile.mkdtemp(dir=tmp)) / "out"
+            t0 = time.perf_counter()
+            proc = subprocess.run([sys.executable, "-m", "evalfleet.cli", "run", str(exp_path), "--output", str(out),
+                                   "--workers", str(args.workers), "--no-progress"], capture_output=True, text=True)
+            seconds = time.perf_counter() - t0
+            if proc.returncode != 0:
+                sys.exit(f"evalfleet run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+            result = json.loads((out / "experiment_result.json").read_text())
+            return seconds, sum(r["counts"]["success"] for r in result["runs"].values())
 
+        plain_runs, ef_runs = interleaved(plain, evalfleet, args.repeats)
+
+    plain_s, ef_s = [t for t, _ in plain_runs], [t for t, _ in ef_runs]
     report = {
         "episodes": total,
         "workers": args.workers,
-        "evalfleet_s": round(evalfleet_s, 2),
-        "evalfleet_episodes_per_s": round(total / evalfleet_s, 2),
-        "plain_loop_s": round(plain_s, 2),
-        "plain_loop_episodes_per_s": round(total / plain_s, 2),
-        "ratio": round(plain_s / evalfleet_s, 3),
+        "repeats": args.repeats,
+        "evalfleet_s": spread(ef_s, 2),
+        "evalfleet_episodes_per_s": spread([total / t for t in ef_s], 2),
+        "plain_loop_s": spread(plain_s, 2),
+        "plain_loop_episodes_per_s": spread([total / t for t in plain_s], 2),
+        "ratio": spread(ratios(plain_s, ef_s), 3),  # plain time / evalfleet time, pair by pair
         "target_ratio": 0.85,
-        "successes": {"evalfleet": ef_success, "plain_loop": plain_success},
+        "successes": {"evalfleet": sorted({s for _, s in ef_runs}), "plain_loop": sorted({s for _, s in plain_runs})},
     }
-    print(json.dumps(report, indent=1))
+    emit(report, machine_before=before)
 
 
 if __name__ == "__main__":

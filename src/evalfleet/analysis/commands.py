@@ -39,6 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--method", choices=("binned", "logistic", "both"), default="both",
                    help="binned rates, the fitted curve, or both (default)")
     s.add_argument("--bins", type=int, default=6, help="bins per numeric factor (default 6)")
+    s.add_argument("--per-task", action="store_true",
+                   help="one panel per task and factor (policies overlaid) instead of pooling every task into one "
+                        "curve per policy")
     s.add_argument("--output", "-o", help="image file (default DIR/plots/sensitivity.png); numbers go to the same "
                                           "name with .json")
     s.set_defaults(handler=cmd_sensitivity)
@@ -151,23 +154,31 @@ def cmd_sensitivity(args: argparse.Namespace) -> int:
     outcome = sens.resolve_outcome(args.outcome, records, where=where)
     specs = sens.resolve_factors(factors, sens.catalog(records), where=where)
     policies = ordered_policies(labelled, args.policies)
-    panels = sens.analyse(labelled, specs, outcome, policies, method=args.method, bins=args.bins)
-    title = f"Sensitivity of {outcome.name} ({len(records)} episodes; policies: {', '.join(policies)})"
+    if args.per_task:
+        panels = sens.analyse_per_task(labelled, specs, outcome, policies, method=args.method, bins=args.bins)
+    else:
+        panels = sens.mark_pooled(sens.analyse(labelled, specs, outcome, policies, method=args.method,
+                                               bins=args.bins), labelled)
+    tasks = sorted({arm.task for arm, _ in labelled})
+    scope = "one panel per task" if args.per_task else (
+        f"{len(tasks)} tasks pooled into one curve per policy" if len(tasks) > 1 else f"task {tasks[0]}")
+    title = f"Sensitivity of {outcome.name} ({len(records)} episodes; {scope}; policies: {', '.join(policies)})"
     size = sens.plot(panels, policies, outcome, output, title)
     json_path = output.with_suffix(".json")
     write_json(json_path, {
         "outcome": outcome.name, "outcome_kind": outcome.kind, "method": args.method, "bins": args.bins,
         "episodes": len(records), "excluded_errors": record_set.n_errors, "policies": policies,
+        "per_task": bool(args.per_task), "tasks": tasks,
         "sources": record_set.sources, "image": str(output), "panels": panels,
     })
     print(f"wrote {output} ({size[0]}x{size[1]} px, {len(panels)} panels) and {json_path}")
+    print(f"curves: {scope}" + ("" if args.per_task or len(tasks) < 2 else " (--per-task: one panel per task)"))
     for panel in panels:
         for policy, entry in panel["policies"].items():
             fit = entry.get("fit")
             if fit and fit.get("slope") is not None:
-                lo, hi = fit["slope_ci"]
-                print(f"  {panel['label']} / {policy}: slope {fit['slope']:+.4g} per unit "
-                      f"[{lo:+.4g}, {hi:+.4g}] ({fit['model']}, n={fit['n']})")
+                print(f"  {panel['label']} / {policy} ({sens.scope_text(panel)}): "
+                      f"{sens.slope_text(fit, panel['label'], outcome)} ({fit['model']}, n={fit['n']})")
     return 0
 
 

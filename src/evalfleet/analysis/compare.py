@@ -168,31 +168,39 @@ def compare(
     }
 
 
-def print_table(result: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+def print_table(result: dict[str, Any], width: int | None = None) -> None:
+    for line in table_lines(result, width):
+        print(line)
 
-    table = Table(title=f"Difference from baseline {result['baseline']} (Holm-corrected, alpha={result['alpha']})")
-    for col in ("task", "policy", "baseline", "policy rate", "difference [95% CI]", "test", "p", "p (Holm)", ""):
-        table.add_column(col, justify="left" if col in ("task", "policy", "test") else "right")
+
+def table_lines(result: dict[str, Any], width: int | None = None) -> list[str]:
+    """The comparison as text for `width` columns (default: the terminal's, 80 when piped); names never cut."""
+    from evalfleet.textlayout import Column, output_width, table_lines as layout, wrap_fields
+
+    width = output_width() if width is None else width
+    columns = [Column("task"), Column("policy"), Column("baseline rate", "right"), Column("policy rate", "right"),
+               Column("difference [95% CI]", "right"), Column("test"), Column("p", "right"),
+               Column("p (Holm)", "right"), Column("significant")]
 
     def rate(r: dict[str, Any] | None) -> str:
         if not r:
             return "N/A"
         return f"{r['rate']:.1%} [{r['ci'][0]:.0%}, {r['ci'][1]:.0%}] n={r['n']}"
 
+    rows = []
     for row in result["comparisons"]:
         if row.get("test") is None:
-            table.add_row(row["task"], row["policy"], rate(row["baseline_rate"]), rate(row["policy_rate"]),
-                          "-", "-", "-", "-", row.get("note", ""))
+            rows.append([row["task"], row["policy"], rate(row["baseline_rate"]), rate(row["policy_rate"]),
+                         "-", "-", "-", "-", f"not tested ({row.get('note', 'no test')})"])
             continue
         lo, hi = row["difference_ci"]
-        test = "McNemar (paired)" if row["test"] == "mcnemar_exact" else "z (unpaired)"
-        if row["test"] == "mcnemar_exact":
-            test += f" {row['pairs']} pairs"
-        table.add_row(
+        test = f"McNemar, {row['pairs']} pairs" if row["test"] == "mcnemar_exact" else "z (unpaired)"
+        rows.append([
             row["task"], row["policy"], rate(row["baseline_rate"]), rate(row["policy_rate"]),
             f"{row['difference']:+.1%} [{lo:+.1%}, {hi:+.1%}]", test, f"{row['p_value']:.3g}",
-            f"{row['p_holm']:.3g}", "*" if row["significant"] else "",
-        )
-    Console(width=200).print(table)
+            f"{row['p_holm']:.3g}", "yes" if row["significant"] else "no",
+        ])
+    title = (f"Difference from baseline {result['baseline']} (policy rate - baseline rate); "
+             f"significant: Holm-corrected p < {result['alpha']} over {result.get('family_size', len(rows))} tests")
+    return [*wrap_fields(title.split(" "), width, gap=" ", hanging="  "),
+            *layout(columns, rows, width, name_columns=2)]

@@ -13,6 +13,24 @@ from evalfleet.analysis.stats import mean_interval, wilson_interval
 
 DPI = 100
 HEIGHT_PX = 520
+# Text sizes in pixels of the PNG. The report shows plots at their drawn size (report.css), so these are the
+# sizes a reader sees; the smallest is stored in the PNG (MIN_TEXT_PX_KEY) for the report's browser test.
+TEXT_PX = 13  # tick labels, bar labels, legend
+LABEL_PX = 14  # axis labels
+TITLE_PX = 16
+MIN_TEXT_PX_KEY = "evalfleet:min_text_px"
+
+
+def _pt(px: float) -> float:
+    return px * 72.0 / DPI
+
+
+def smallest_text_px(fig) -> float:  # noqa: ANN001
+    """The smallest font size, in PNG pixels, of any visible non-empty text in the figure."""
+    from matplotlib.text import Text
+
+    sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    return min(sizes) * DPI / 72.0 if sizes else 0.0
 
 
 def plot_size_px(n_tasks: int, n_policies: int) -> tuple[int, int]:
@@ -80,6 +98,7 @@ def grouped_bar_plot(
 
     width_px, height_px = plot_size_px(len(tasks), len(policies))
     fig, ax = plt.subplots(figsize=(width_px / DPI, height_px / DPI), dpi=DPI)
+    ax.tick_params(labelsize=_pt(TEXT_PX))
     try:
         n_pol = max(len(policies), 1)
         bar_w = 0.8 / n_pol
@@ -91,7 +110,7 @@ def grouped_bar_plot(
                 x = i - 0.4 + bar_w * (j + 0.5)
                 cell = cells.get(Arm(task, policy))
                 if cell is None:
-                    ax.text(x, 0.02, "N/A", ha="center", va="bottom", rotation=90, fontsize=8, color="0.4")
+                    ax.text(x, 0.02, "N/A", ha="center", va="bottom", rotation=90, fontsize=_pt(TEXT_PX), color="0.4")
                     continue
                 xs.append(x)
                 ys.append(cell.value)
@@ -99,23 +118,29 @@ def grouped_bar_plot(
                 err_hi.append(max(cell.upper - cell.value, 0.0))
                 top = max(top, cell.upper)
                 text = f"{cell.value:.0%}" if percent else f"{cell.value:.2f}"
-                ax.text(x, cell.upper + 0.01, f"{text}\nn={cell.n}", ha="center", va="bottom", fontsize=7)
+                ax.text(x, cell.upper + 0.01, f"{text}\nn={cell.n}", ha="center", va="bottom", fontsize=_pt(TEXT_PX),
+                        linespacing=1.1)
             ax.bar(xs, ys, bar_w * 0.95, label=policy, color=colours(j % 10), yerr=[err_lo, err_hi], capsize=3,
                    error_kw={"elinewidth": 1, "ecolor": "0.15"})
         ax.set_xticks(range(len(tasks)))
         ax.set_xticklabels(tasks, rotation=30 if len(tasks) > 3 else 0, ha="right" if len(tasks) > 3 else "center",
-                           fontsize=8)
+                           fontsize=_pt(TEXT_PX))
         ax.set_xlim(-0.6, len(tasks) - 0.4)
-        ax.set_ylim(0, top * 1.18)
+        ax.set_ylim(0, top * 1.25)  # room for the two-line bar labels above the whiskers
+        if percent and top <= 1.0:
+            ax.set_yticks([i / 5 for i in range(6)])  # no 120% tick in the room kept for labels
         if percent:
             ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
-        ax.set_ylabel(ylabel)
-        ax.set_title(title, fontsize=10)
-        ax.legend(title="policy", fontsize=8, loc="upper right")
+        ax.set_ylabel(ylabel, fontsize=_pt(LABEL_PX))
+        ax.set_xlabel("task", fontsize=_pt(LABEL_PX))
+        ax.set_title(title, fontsize=_pt(TITLE_PX))
+        ax.legend(title="policy", fontsize=_pt(TEXT_PX), title_fontsize=_pt(TEXT_PX), loc="upper right")
         ax.grid(axis="y", alpha=0.3)
         fig.tight_layout()
         output.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(output, dpi=DPI)
+        fig.canvas.draw()  # tick labels exist once drawn
+        metadata = {MIN_TEXT_PX_KEY: f"{smallest_text_px(fig):.2f}"} if output.suffix.lower() == ".png" else None
+        fig.savefig(output, dpi=DPI, metadata=metadata)
     finally:
         plt.close(fig)
     return width_px, height_px

@@ -7,7 +7,10 @@ For each requested factor (a key of the records' `variations`), each policy gets
 - categorical factors (strings, booleans): one bar per value with Wilson whiskers;
 - a matched control arm when present: that policy's records of the same tasks in which the variation was
   disabled (the factor is absent), drawn as a horizontal band. The plan gives the control the same seeds.
-Every policy is overlaid in the factor's panel. The numbers are written as JSON next to the PNG.
+Every policy is overlaid in the factor's panel. By default a panel pools every task the records hold into one
+curve per policy (and says so); `per_task` draws one panel per task and factor instead. A logistic slope is
+the change in log-odds of the outcome per unit of the factor (the odds multiply by e^slope per unit); a linear
+slope is the change in the mean outcome per unit. The numbers are written as JSON next to the PNG.
 """
 
 from __future__ import annotations
@@ -302,6 +305,53 @@ def _control(prepared, spec: FactorSpec, policy: str, rows, kind: str) -> dict[s
     return out
 
 
+def analyse_per_task(labelled: list[tuple[Arm, dict[str, Any]]], specs: list[FactorSpec], outcome: Outcome,
+                     policies: list[str], **options: Any) -> list[dict[str, Any]]:
+    """One panel per (factor, task), each with that task's records only; panels carry `task`."""
+    tasks = sorted({arm.task for arm, _ in labelled})
+    panels = []
+    for spec in specs:
+        for task in tasks:
+            subset = [(arm, rec) for arm, rec in labelled if arm.task == task]
+            for panel in analyse(subset, [spec], outcome, policies, **options):
+                panels.append({**panel, "task": task, "tasks": [task], "pooled": False})
+    return panels
+
+
+def mark_pooled(panels: list[dict[str, Any]], labelled: list[tuple[Arm, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Say on every pooled panel which tasks went into its curves."""
+    tasks = sorted({arm.task for arm, _ in labelled})
+    return [{**panel, "task": None, "tasks": tasks, "pooled": len(tasks) > 1} for panel in panels]
+
+
+def scope_text(panel: dict[str, Any]) -> str:
+    """What a panel's curves are made of: `task push-v3`, or `2 tasks pooled: a, b`."""
+    tasks = panel.get("tasks") or []
+    if panel.get("pooled"):
+        return f"{len(tasks)} tasks pooled: {', '.join(tasks)}"
+    return f"task {tasks[0]}" if tasks else "all records"
+
+
+def slope_unit(fit: dict[str, Any], factor: str, outcome: Outcome) -> str:
+    """What a fit's slope measures, in words."""
+    if fit["model"] == "linear":
+        return f"change in mean {outcome.name} per unit of {factor}"
+    return f"log-odds of {outcome.name} per unit of {factor}; odds x e^slope per unit"
+
+
+def slope_text(fit: dict[str, Any], factor: str, outcome: Outcome) -> str:
+    """`slope +1.2 [+0.4, +2.0] log-odds of success per unit of F; odds x e^slope per unit (x3.32)`."""
+    lo, hi = fit.get("slope_ci") or (None, None)
+    ci = f"[{lo:+.4g}, {hi:+.4g}]" if lo is not None and hi is not None else "[interval n/a]"
+    text = f"slope {fit['slope']:+.4g} {ci} {slope_unit(fit, factor, outcome)}"
+    if fit["model"] != "linear":
+        try:
+            text += f" (x{math.exp(fit['slope']):.3g})"
+        except OverflowError:
+            pass
+    return text
+
+
 # ---------------------------------------------------------------------------------------------- drawing
 
 
@@ -342,10 +392,16 @@ def plot(panels: list[dict[str, Any]], policies: list[str], outcome: Outcome, ou
                 ax.set_ylim(-0.02, 1.05)
             ax.set_xlabel(panel["label"])
             ax.set_ylabel(ylabel)
+            ax.set_title(scope_text(panel), fontsize=9)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7, loc="best")
         for ax in list(axes.flat)[len(panels):]:
             ax.axis("off")
+        fits = [e.get("fit") for p in panels for e in p["policies"].values() if e.get("fit")]
+        if fits:
+            models = {f["model"] for f in fits}
+            unit = "change in mean outcome" if models == {"linear"} else "log-odds (odds x e^slope)"
+            title = f"{title}\nfit slopes: {unit} per unit of the panel's factor"
         fig.suptitle(title, fontsize=10)
         fig.tight_layout()
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -370,7 +426,8 @@ def _draw_numeric(ax, entry, policy, colour, j, n_pol) -> None:
     fit = entry.get("fit")
     if fit:
         ax.plot(fit["grid"], fit["curve"], color=colour, lw=1.5,
-                label=f"{policy} {fit['model']} fit, slope {fit['slope']:+.3g}" if fit["slope"] is not None else None)
+                label=f"{policy} {fit['model']} fit, slope {fit['slope']:+.3g}"
+                + (" log-odds/unit" if fit["model"] != "linear" else "/unit") if fit["slope"] is not None else None)
         ax.fill_between(fit["grid"], fit["band_lower"], fit["band_upper"], color=colour, alpha=0.18, lw=0)
 
 

@@ -13,6 +13,17 @@ from typing import Any
 from evalfleet.rollout.records import RunScope
 from evalfleet.rollout.runner import run_log_files
 
+SESSION_SLACK_S = 2.0  # clock skew between the workers' records and this process
+
+
+def format_elapsed(seconds: float | None) -> str:
+    """`0:42`, `1:05:09`; `-` before a Run's first episode."""
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    h, rem = divmod(s, 3600)
+    return f"{h}:{rem // 60:02d}:{rem % 60:02d}" if h else f"{rem // 60}:{rem % 60:02d}"
+
 
 @dataclass
 class RunProgress:
@@ -21,6 +32,32 @@ class RunProgress:
     decided: set[int] = field(default_factory=set)
     successes: dict[int, bool] = field(default_factory=dict)
     errors: int = 0
+    # Wall-clock span of this session's episodes (from the records' timestamp - duration_s): a Run's time
+    # counts from its own first episode, not from the start of the experiment.
+    first_start: float | None = None
+    last_end: float | None = None
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.planned) and len(self.decided) >= self.planned
+
+    def note_times(self, record: dict[str, Any], session_start: float) -> None:
+        end = record.get("timestamp")
+        if not isinstance(end, (int, float)) or isinstance(end, bool):
+            return
+        duration = record.get("duration_s")
+        start = end - duration if isinstance(duration, (int, float)) and duration >= 0 else end
+        if start < session_start - SESSION_SLACK_S:
+            return  # an episode of an earlier session (a resumed run): not this session's time
+        self.first_start = start if self.first_start is None else min(self.first_start, start)
+        self.last_end = end if self.last_end is None else max(self.last_end, end)
+
+    def elapsed(self, now: float) -> float | None:
+        """Seconds since this Run's first episode started; up to its last record once every episode is decided."""
+        if self.first_start is None:
+            return None
+        end = self.last_end if self.finished and self.last_end is not None else now
+        return max(0.0, end - self.first_start)
 
 
 class LogTail:
@@ -56,6 +93,7 @@ class ProgressTracker:
         self.runs = {name: RunProgress(planned, attempts) for name, (planned, attempts) in runs.items()}
         self._tails: dict[Path, LogTail] = {}
         self.started = time.monotonic()
+        self.session_start = time.time()  # wall clock, to compare with the records' timestamps
         self.initial_done = 0
 
     def poll(self) -> None:
@@ -72,6 +110,7 @@ class ProgressTracker:
                     if not isinstance(rec, dict) or RunScope(name, progress.planned or None).reason_to_reject(rec):
                         continue  # never counted (records.RunScope), so never shown as progress
                     ep = rec["episode"]
+                    progress.note_times(rec, self.session_start)
                     status = rec.get("status")
                     if status in ("success", "failure"):
                         progress.decided.add(ep)
@@ -83,6 +122,9 @@ class ProgressTracker:
 
     def done(self, name: str) -> int:
         return len(self.runs[name].decided)
+
+    def run_elapsed(self, name: str, now: float | None = None) -> float | None:
+        return self.runs[name].elapsed(time.time() if now is None else now)
 
     @property
     def total_done(self) -> int:
@@ -104,25 +146,30 @@ def watch_progress(threads: list[threading.Thread], tracker: ProgressTracker, sh
             time.sleep(0.5)
         tracker.poll()
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     columns = [
         TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]:>8}"), TextColumn("ETA"), TimeRemainingColumn(), TimeElapsedColumn(),
+        TextColumn("{task.fields[rate]:>8}"), TextColumn("ETA"), TimeRemainingColumn(),
+        TextColumn("{task.fields[elapsed]:>8}"),  # each Run from its own first episode; "all runs" from the start
     ]
     tracker.poll()
     with Progress(*columns, refresh_per_second=4, transient=False) as progress:
-        total_id = progress.add_task("all runs", total=tracker.total_planned or None, rate="")
-        ids = {n: progress.add_task(f"  {n}", total=p.planned or None, rate="") for n, p in tracker.runs.items()}
+        total_id = progress.add_task("all runs", total=tracker.total_planned or None, rate="", elapsed="")
+        ids = {n: progress.add_task(f"  {n}", total=p.planned or None, rate="", elapsed="-")
+               for n, p in tracker.runs.items()}
         start_done, start = tracker.total_done, time.monotonic()
         while True:
             alive = any(t.is_alive() for t in threads)
             tracker.poll()
             elapsed = max(1e-6, time.monotonic() - start)
             rate = (tracker.total_done - start_done) / elapsed
-            progress.update(total_id, completed=tracker.total_done, rate=f"{rate:.1f} ep/s")
+            progress.update(total_id, completed=tracker.total_done, rate=f"{rate:.1f} ep/s",
+                            elapsed=format_elapsed(time.monotonic() - tracker.started))
+            now = time.time()
             for name, task_id in ids.items():
-                progress.update(task_id, completed=tracker.done(name))
+                progress.update(task_id, completed=tracker.done(name),
+                                elapsed=format_elapsed(tracker.run_elapsed(name, now)))
             if not alive:
                 break
             time.sleep(0.25)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 
 
@@ -76,36 +77,48 @@ def cmd_plan(args: argparse.Namespace) -> int:
     path = experiment_path(args)
     if args.shard_size is not None and args.shard_size <= 0:
         raise UserError("--shard-size must be a positive number of episodes", where="command line", key="--shard-size")
+    from evalfleet.textlayout import output_width
+
     loaded = load_experiment(path, args.overrides)
     plan = make_plan(loaded, shard_size=args.shard_size, workers=args.workers)
     if args.json:
         json.dump(plan.to_json(), sys.stdout, indent=1)
         print()
         return 0
-    from rich.console import Console
-    from rich.table import Table
+    for line in plan_lines(loaded.experiment.name, plan, output_width()):
+        print(line)
+    return 0
 
-    table = Table(title=f"{loaded.experiment.name}: {plan.total_episodes} episodes, {len(plan.shards)} shards")
-    for col in ("run", "task", "policy", "episodes", "envs", "shards", "variations"):
-        table.add_column(col)
+
+FREE_PORT = "FREE_PORT"
+_PORT_FLAG = re.compile(r"(--[\w.-]*port)([= ])(\d+)\b")
+
+
+def plan_lines(name: str, plan, width: int) -> list[str]:  # noqa: ANN001
+    """The plan as text lines for `width` columns: Run names whole, commands wrapped between arguments."""
+    from evalfleet.textlayout import Column, command_lines, table_lines, wrap_fields
+
+    columns = [Column("run"), Column("task"), Column("policy"), Column("episodes", "right"), Column("envs", "right"),
+               Column("shards", "right"), Column("variations")]
+    rows = []
     for rp in plan.runs.values():
         n = str(rp.num_episodes) if rp.num_episodes else f"until {rp.num_steps} steps"
-        table.add_row(
-            rp.name, rp.task, rp.policy, n, str(rp.run.environment_builder.num_envs),
-            str(sum(1 for s in plan.shards if s.run == rp.name)), ", ".join(rp.samplers) or "-",
-        )
-    console = Console()
-    console.print(table)
-    if plan.servers:
-        for server in plan.servers:
-            res = server["resources"]
-            console.print(f"server {server['id']}: {server['protocol']} {server['policy_type']} for "
-                          f"{', '.join(server['runs'])} (gpus={res['gpus']}, cpus={res['cpus']}, "
-                          f"memory={res['memory_gb']} GB)", soft_wrap=True)
-            console.print(f"  {server['command']}", soft_wrap=True, markup=False, highlight=False)
-    else:
-        console.print("servers: none needed")
-    return 0
+        rows.append([rp.name, str(rp.task), str(rp.policy), n, str(rp.run.environment_builder.num_envs),
+                     str(sum(1 for s in plan.shards if s.run == rp.name)), ", ".join(rp.samplers) or "-"])
+    lines = table_lines(columns, rows, width, title=f"{name}: {plan.total_episodes} episodes, {len(plan.shards)} shards")
+    if not plan.servers:
+        return [*lines, "servers: none needed"]
+    lines.append("")
+    for server in plan.servers:
+        res = server["resources"]
+        words = f"server {server['id']}: {server['protocol']} {server['policy_type']} for".split(" ")
+        words += [f"{r}," for r in server["runs"][:-1]] + server["runs"][-1:]
+        words += [f"(gpus={res['gpus']},", f"cpus={res['cpus']},", f"memory={res['memory_gb']} GB)"]
+        lines.extend(wrap_fields(words, width, gap=" ", hanging="  "))
+        lines.extend(command_lines(_PORT_FLAG.sub(rf"\1\2{FREE_PORT}", server["command"]), width))
+    note = f"{FREE_PORT}: `evalfleet run` starts each server on a free loopback port and wires its clients to it"
+    lines.extend(wrap_fields(note.split(" "), width, gap=" ", hanging="  "))
+    return lines
 
 
 def cmd_variations(args: argparse.Namespace) -> int:

@@ -28,8 +28,21 @@
   D.video.forEach(function (p) { videos.set(p[0], p[1]); });
   D.err.forEach(function (p) { errors.set(p[0], p[1]); });
   D.att.forEach(function (p) { attempts.set(p[0], p[1]); });
+  // A column's values all get the decimals of its most precise value (as written, 3 significant digits),
+  // so 0.5 shows as 0.500 beside 0.236.
+  function decimalsOf(data) {
+    var most = 0;
+    data.forEach(function (x) {
+      if (x === null || !isFinite(x)) return;
+      var s = String(x);
+      if (s.indexOf("e") >= 0) { most = Math.max(most, 6); return; }
+      var dot = s.indexOf(".");
+      if (dot >= 0) most = Math.max(most, s.length - dot - 1);
+    });
+    return Math.min(most, 6);
+  }
   var vars = D.vars.map(function (v) {
-    if (v.kind === "num") return { key: v.key, kind: "num", col: numCol(v.data) };
+    if (v.kind === "num") return { key: v.key, kind: "num", col: numCol(v.data), digits: decimalsOf(v.data) };
     return { key: v.key, kind: "cat", cats: v.cats, col: Int32Array.from(v.data) };
   });
 
@@ -50,7 +63,7 @@
   vars.forEach(function (v) {
     if (v.kind === "num") {
       columns.push({ name: v.key, key: "var:" + v.key, value: function (i) { return v.col[i]; },
-                     text: function (i) { return fmtNum(v.col[i]); }, num: true });
+                     text: function (i) { return fmtNum(v.col[i], v.digits); }, num: true });
     } else {
       columns.push({ name: v.key, key: "var:" + v.key, value: function (i) { return v.col[i] < 0 ? "" : v.cats[v.col[i]]; },
                      text: function (i) { return v.col[i] < 0 ? "" : v.cats[v.col[i]]; } });

@@ -1,0 +1,108 @@
+"""What every bench shares: repeat a measurement (interleaved when two things are compared), summarise the
+repeats as median and spread, and print the machine the figures came from next to them.
+
+    from _common import interleaved, repeated, spread, emit
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from typing import Any, Callable
+
+DEFAULT_REPEATS = 3
+
+
+def machine() -> dict[str, Any]:
+    """Cores (present and usable by this process), load averages (1, 5, 15 min), CPU, Python."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = os.cpu_count()
+    try:
+        load = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        load = None
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"cores": os.cpu_count(), "usable_cores": usable, "load_average": load, "cpu": cpu,
+            "python": platform.python_version(), "platform": platform.platform()}
+
+
+def spread(values: list[float], digits: int = 3) -> dict[str, Any]:
+    """Median, min, max and quartiles of the repeats, and the values themselves."""
+    xs = sorted(float(v) for v in values)
+    if not xs:
+        return {"n": 0}
+    q1, _, q3 = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else (xs[0], xs[0], xs[0])
+    r = lambda x: round(x, digits)  # noqa: E731
+    return {"median": r(statistics.median(xs)), "min": r(xs[0]), "max": r(xs[-1]), "q1": r(q1), "q3": r(q3),
+            "n": len(xs), "values": [r(v) for v in values]}
+
+
+def repeated(measure: Callable[[], Any], repeats: int = DEFAULT_REPEATS) -> list[Any]:
+    """`measure()` run `repeats` times."""
+    return [measure() for _ in range(repeats)]
+
+
+def interleaved(first: Callable[[], Any], second: Callable[[], Any], repeats: int = DEFAULT_REPEATS
+                ) -> tuple[list[Any], list[Any]]:
+    """`repeats` pairs, alternating which of the two goes first (ABBA...), so drift in the machine's load or
+    temperature falls on both alike."""
+    a, b = [], []
+    for i in range(repeats):
+        if i % 2 == 0:
+            a.append(first())
+            b.append(second())
+        else:
+            b.append(second())
+            a.append(first())
+    return a, b
+
+
+def ratios(numerators: list[float], denominators: list[float]) -> list[float]:
+    """Pair by pair (the pairs of `interleaved`)."""
+    return [n / d for n, d in zip(numerators, denominators) if d]
+
+
+class Timer:
+    def __enter__(self) -> "Timer":
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.seconds = time.perf_counter() - self.start
+
+
+def emit(figures: dict[str, Any], *, machine_before: dict[str, Any] | None = None) -> None:
+    """Print the figures as JSON with the machine beside them (load average at the start and at the end)."""
+    end = machine()
+    at_end = end.pop("load_average")
+    at_start = (machine_before or {}).get("load_average", at_end)
+    out = {"machine": {**end, "load_average_at_start": at_start, "load_average_at_end": at_end}, **figures}
+    print(compact_json(out))
+
+
+def compact_json(value: Any, indent: int = 0) -> str:
+    """JSON with nested objects indented, but an object of plain values (a median/spread) on one line."""
+    def flat(v: Any) -> bool:
+        return not isinstance(v, (dict, list)) or (isinstance(v, list) and all(not isinstance(x, (dict, list)) for x in v))
+
+    if isinstance(value, dict) and value and not all(flat(v) for v in value.values()):
+        pad = " " * (indent + 1)
+        items = [f"{pad}{json.dumps(k)}: {compact_json(v, indent + 1)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * indent + "}"
+    return json.dumps(value)
+
+
+def add_repeat_arg(parser: Any, default: int = DEFAULT_REPEATS) -> None:
+    parser.add_argument("--repeats", type=int, default=default,
+                        help=f"repeats of each measurement (default {default}; at least 3 for a median and spread)")
