@@ -79,26 +79,22 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def print_summary(result: Any) -> None:
-    """The summary table of an ExperimentResult on stderr, Runs in the Experiment's order."""
-    from rich.console import Console
-    from rich.table import Table
+    """The summary table of an ExperimentResult on stderr, Runs in the Experiment's order, legible at any width."""
+    import sys
 
-    console = Console(stderr=True)
-    table = Table(title=f"results in {result.output}")
-    for col in ("run", "task", "policy", "status", "episodes", "successes", "success rate (95% CI)", "errors"):
-        table.add_column(col, justify="right" if col in ("episodes", "successes", "errors") else "left")
-    for r in result.runs.values():
-        colour = {"completed": "green", "partial": "yellow", "failed": "red"}.get(r.status, "white")
-        table.add_row(r.name, str(r.task), str(r.policy), f"[{colour}]{r.status}[/]", str(r.decided),
-                      str(r.successes), r.rate_text(), str(r.errors))
-    Console(stderr=True, width=max(console.width, 140)).print(table)
+    from evalfleet.outputs.summary_table import summary_table_lines
+    from evalfleet.textlayout import output_width
+
+    ordered = {**result.raw, "runs": {name: result.raw["runs"][name] for name in result.runs}}
+    for line in summary_table_lines(ordered, output_width(), title=f"results in {result.output}"):
+        print(line, file=sys.stderr)
     for r in result.runs.values():
         if r.status != "completed":
-            console.print(f"[red]{r.name}[/]: {r.status}: {r.reason}")
+            print(f"{r.name}: {r.status}: {r.reason}", file=sys.stderr)
         if r.set_aside:
-            console.print(f"[yellow]{r.name}[/]: {r.set_aside} records set aside (not this Run's planned "
-                          "episodes); see experiment_result.json")
-    console.print(f"report: {result.report}")
+            print(f"{r.name}: {r.set_aside} records set aside (not this Run's planned episodes); see "
+                  "experiment_result.json", file=sys.stderr)
+    print(f"report: {result.report}", file=sys.stderr)
 
 
 def cmd_runner(args: argparse.Namespace) -> int:

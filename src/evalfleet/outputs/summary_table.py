@@ -5,27 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from evalfleet.outputs.result import RunResult
 from evalfleet.textlayout import Column, table_lines
 
 COLUMNS = [Column("run"), Column("task"), Column("policy"), Column("status"), Column("episodes", "right"),
            Column("successes", "right"), Column("success rate (95% CI)", "right"), Column("errors", "right")]
 
 
-def rate_text(run: dict[str, Any]) -> str:
-    """`62.0% [48.2%, 74.1%]`, or `n/a` when no episode was decided (never 0%)."""
-    if run.get("success_rate") is None:
-        return "n/a"
-    lo, hi = run["ci95"]
-    return f"{run['success_rate']:.1%} [{lo:.1%}, {hi:.1%}]"
-
-
 def summary_rows(result: dict[str, Any]) -> list[list[str]]:
     rows = []
-    for name, r in result["runs"].items():
-        counts = r.get("counts") or {}
-        rows.append([str(r.get("run", name)), str(r.get("task")), str(r.get("policy")), str(r.get("status")),
-                     str(r.get("decided", "")), str(counts.get("success", 0)), rate_text(r),
-                     str(counts.get("error", 0))])
+    for entry in result["runs"].values():
+        r = RunResult.from_json(entry)
+        rows.append([r.name, str(r.task), str(r.policy), r.status, str(r.decided), str(r.successes), r.rate_text(),
+                     str(r.errors)])
     return rows
 
 

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from evalfleet.experiment.plan import stable_hash
+from evalfleet.seeding import stable_hash
 from evalfleet.sim.base import StepResult
 
 log = logging.getLogger(__name__)

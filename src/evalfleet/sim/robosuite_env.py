@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
 from evalfleet.sim.base import StepResult
 from evalfleet.sim.gymnasium_env import noise_rng
-from evalfleet.sim.robosuite_spec import TASK_INSTRUCTIONS, RobosuiteOptions
+
+if TYPE_CHECKING:  # the spec loads this module on first use; it passes the options and the instruction in
+    from evalfleet.sim.robosuite_spec import RobosuiteOptions
 
 ROBOT_STATE_KEYS = ("robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos")
 
@@ -79,12 +81,12 @@ def make_robosuite_env(options: RobosuiteOptions) -> Any:
 
 
 class RobosuiteEnvironment:
-    def __init__(self, options: RobosuiteOptions):
+    def __init__(self, options: RobosuiteOptions, instruction: str):
         import mujoco
 
         self.options = options
         self.task = options.task
-        self.instruction = options.instruction or TASK_INSTRUCTIONS[options.task]
+        self.instruction = instruction
         self.max_steps = options.max_steps
         self.cameras = tuple(options.cameras)
         self.env = make_robosuite_env(options)

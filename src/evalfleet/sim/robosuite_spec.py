@@ -114,7 +114,7 @@ def _make_robosuite(options: Any, builder: dict[str, Any]) -> Any:
     from evalfleet.sim.robosuite_env import RobosuiteEnvironment
 
     opts = options if isinstance(options, RobosuiteOptions) else RobosuiteOptions.model_validate(options)
-    return RobosuiteEnvironment(opts)
+    return RobosuiteEnvironment(opts, opts.instruction or TASK_INSTRUCTIONS[opts.task])
 
 
 ENVIRONMENTS.register(
