@@ -1,10 +1,15 @@
-"""Benchmark: collect + report 100,000 synthetic episodes over 40 Runs.
+"""Benchmark: collect + plots + report of 100,000 synthetic episodes over 40 Runs, records parsed once.
 
-Writes the Runs as runners leave them (two shard logs per Run, run_status.json), then times
-`collect(sources=[OUT], output=OUT)` (in place) and `write_report(OUT)`, and prints JSON:
-{episodes, runs, collect_s, report_s, total_s, index_html_bytes, bytes_per_episode}.
+Writes the Runs as runners leave them (two shard logs per Run, run_status.json) once, then, on a fresh copy
+for every measurement, interleaves (ABBA, --repeats pairs):
 
-    python bench/collect.py [--episodes 100000] [--runs 40] [--keep DIR]
+  separate  what `evalfleet run` did before the pipeline: `collect` in place, then the success plot from
+            `load_records` (the records parsed a second time), then `write_report` (a third time)
+  finalize  `outputs.finalize.finalize`: collect, plot and report from the records parsed once
+
+and prints JSON: median and spread of each, their ratio pair by pair, and the machine.
+
+    python bench/collect.py [--episodes 100000] [--runs 40] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -16,10 +21,15 @@ import random
 import shutil
 import sys
 import tempfile
-import time
+from pathlib import Path
 
-from evalfleet.outputs.collect import collect
-from evalfleet.outputs.finalize import write_report
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import Timer, add_repeat_arg, emit, interleaved, machine, ratios, spread  # noqa: E402
+
+from evalfleet.analysis.loading import load_records  # noqa: E402
+from evalfleet.analysis.success import write_success_plots  # noqa: E402
+from evalfleet.outputs.collect import collect  # noqa: E402
+from evalfleet.outputs.finalize import finalize, write_report  # noqa: E402
 
 
 def make_runs(root: str, episodes: int, runs: int, seed: int = 0) -> None:
@@ -57,33 +67,53 @@ def make_runs(root: str, episodes: int, runs: int, seed: int = 0) -> None:
                        "state": "completed", "reason": None}, f)
 
 
+def separate(root: str) -> dict:
+    result = collect([root], root)
+    write_success_plots(load_records([root]), Path(root) / "plots" / "success_rates.png")
+    write_report(root)
+    return result
+
+
+def together(root: str) -> dict:
+    return finalize(root).result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=40)
-    parser.add_argument("--keep", default=None, help="write the output here and keep it")
+    add_repeat_arg(parser)
     args = parser.parse_args()
-    root = args.keep or tempfile.mkdtemp(prefix="evalfleet-bench-collect-")
-    if args.keep:
-        shutil.rmtree(root, ignore_errors=True)
-        os.makedirs(root)
+    start = machine()
+    work = tempfile.mkdtemp(prefix="evalfleet-bench-collect-")
+    template = os.path.join(work, "template")
     try:
-        make_runs(root, args.episodes, args.runs)
-        t0 = time.perf_counter()
-        result = collect([root], root)
-        t1 = time.perf_counter()
-        path = write_report(root)
-        t2 = time.perf_counter()
-        size = os.path.getsize(path)
-        episodes = result["summary"]["episodes"]["recorded"]
-        print(json.dumps({
-            "episodes": episodes, "runs": result["summary"]["runs"],
-            "collect_s": round(t1 - t0, 3), "report_s": round(t2 - t1, 3), "total_s": round(t2 - t0, 3),
-            "index_html_bytes": size, "bytes_per_episode": round(size / max(1, episodes), 1),
-        }))
-    finally:
-        if not args.keep:
+        os.makedirs(template)
+        make_runs(template, args.episodes, args.runs)
+        results: dict[str, dict] = {}
+
+        def measure(name: str, step) -> float:  # noqa: ANN001 - separate or together
+            root = os.path.join(work, name)
             shutil.rmtree(root, ignore_errors=True)
+            shutil.copytree(template, root)  # the same untouched folder every time (the copy is not timed)
+            with Timer() as t:
+                results[name] = step(root)
+            results[name + "_html"] = os.path.getsize(os.path.join(root, "index.html"))
+            return t.seconds
+
+        before, after = interleaved(lambda: measure("separate", separate), lambda: measure("finalize", together),
+                                    args.repeats)
+        counts = {k: results[k]["summary"]["episodes"] for k in ("separate", "finalize")}
+        assert counts["separate"] == counts["finalize"], counts  # the same result either way
+        emit({
+            "episodes": counts["finalize"]["recorded"], "runs": results["finalize"]["summary"]["runs"],
+            "separate_s": spread(before), "finalize_s": spread(after),
+            "finalize_over_separate": spread(ratios(after, before)),
+            "index_html_bytes": results["finalize_html"],
+            "bytes_per_episode": round(results["finalize_html"] / max(1, counts["finalize"]["recorded"]), 1),
+        }, machine_before=start)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

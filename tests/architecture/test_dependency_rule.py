@@ -153,7 +153,7 @@ def test_the_rule_catches_a_violation():
     graph = imports()
     graph["evalfleet.rollout.runner"] = graph["evalfleet.rollout.runner"] | {"evalfleet.execution.pipeline"}
     graph["evalfleet.sim.metaworld_env"] = graph["evalfleet.sim.metaworld_env"] | {"evalfleet.experiment.plan"}
-    assert upward_imports(graph) == [
+    assert sorted(upward_imports(graph)) == [
         "evalfleet.rollout.runner (layer 5) imports evalfleet.execution.pipeline (layer 8)",
         "evalfleet.sim.metaworld_env (layer 1) imports evalfleet.experiment.plan (layer 4)",
     ]
