@@ -68,7 +68,7 @@ class ProgressTracker:
                         rec = json.loads(line)
                     except ValueError:
                         continue
-                    ep = rec.get("episode")
+                    ep = rec.get("episode") if isinstance(rec, dict) else None  # a `null` or list line
                     if not isinstance(ep, int):
                         continue
                     status = rec.get("status")
@@ -77,7 +77,8 @@ class ProgressTracker:
                         progress.successes[ep] = status == "success"
                     elif status == "error":
                         progress.errors += 1
-                        if int(rec.get("attempt", 1)) >= progress.max_attempts:
+                        attempt = rec.get("attempt", 1)
+                        if not isinstance(attempt, int) or attempt >= progress.max_attempts:
                             progress.decided.add(ep)
 
     def done(self, name: str) -> int:

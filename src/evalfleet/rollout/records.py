@@ -114,7 +114,8 @@ def iter_record_dicts(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
                     data = json.loads(line)
                 except json.JSONDecodeError:
                     continue
-                if isinstance(data, dict):
+                # Only objects, and only with a whole-number attempt (readers compare it): garbled lines are skipped.
+                if isinstance(data, dict) and type(data.get("attempt", 1)) is int:
                     yield data
     except FileNotFoundError:
         return
@@ -128,7 +129,10 @@ def latest_by_episode(records: Iterable[dict[str, Any]]) -> dict[tuple[str, int]
         episode = rec.get("episode", rec.get("env_id"))
         if run is None or episode is None:
             continue
-        latest[(str(run), int(episode))] = rec
+        try:
+            latest[(str(run), int(episode))] = rec
+        except (TypeError, ValueError, OverflowError):  # a garbled record ("x", [1], 1e400): skipped like a torn line
+            continue
     return latest
 
 
