@@ -85,7 +85,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
         json.dump(plan.to_json(), sys.stdout, indent=1)
         print()
         return 0
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"{loaded.experiment.name}: {plan.total_episodes} episodes, {len(plan.shards)} shards")
@@ -97,7 +96,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             rp.name, rp.task, rp.policy, n, str(rp.run.environment_builder.num_envs),
             str(sum(1 for s in plan.shards if s.run == rp.name)), ", ".join(rp.samplers) or "-",
         )
-    console = Console()
+    console = _console()
     console.print(table)
     if plan.servers:
         for server in plan.servers:
@@ -109,6 +108,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         console.print("servers: none needed")
     return 0
+
+
+def _console():  # noqa: ANN202
+    """A rich Console that lets a closed pipe (`| head`) reach cli.main, which ends quietly with exit 0;
+    rich's own handling exits 1."""
+    from rich.console import Console
+
+    class PipeFriendlyConsole(Console):
+        def on_broken_pipe(self) -> None:
+            raise BrokenPipeError
+
+    return PipeFriendlyConsole()
 
 
 def cmd_variations(args: argparse.Namespace) -> int:
