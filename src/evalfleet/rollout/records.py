@@ -114,11 +114,15 @@ def iter_record_dicts(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
                     data = json.loads(line)
                 except json.JSONDecodeError:
                     continue
-                # Only objects, and only with a whole-number attempt (readers compare it): garbled lines are skipped.
-                if isinstance(data, dict) and type(data.get("attempt", 1)) is int:
+                # Only objects, and only with a numeric attempt (readers take int() of it): garbled lines are skipped.
+                if isinstance(data, dict) and _numeric(data.get("attempt", 1)):
                     yield data
     except FileNotFoundError:
         return
+
+
+def _numeric(value: Any) -> bool:
+    return isinstance(value, int) or (isinstance(value, float) and value == value and abs(value) != float("inf"))
 
 
 def latest_by_episode(records: Iterable[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
