@@ -10,6 +10,7 @@ file holds the attacks and the limits."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -530,3 +531,36 @@ def test_reader_closing_the_pipe_after_one_line_is_a_normal_end(tmp_path: Path) 
     rc = proc.wait(timeout=60)
     assert first.strip() == b"{"
     assert rc == 0 and err == "", (rc, err)
+
+
+# ------------------------------------------------------------------- resume over garbled part files (tolerated)
+
+GARBLED_PARTS = {
+    "null": "null\n",
+    "json-list": "[1, 2]\n",
+    "non-int-episode": '{"run": "push_expert", "episode": "x", "status": "success"}\n',
+    "non-numeric-attempt": '{"run": "push_expert", "episode": 0, "status": "error", "attempt": "zz"}\n',
+}
+
+
+@pytest.mark.parametrize("kind", list(GARBLED_PARTS))
+def test_resume_over_garbled_part_files_reruns_them_without_a_traceback(kind: str, tmp_path: Path) -> None:
+    """A part file holding `null`, a JSON list or a record with garbage fields is garbled input, skipped like a
+    torn line (DESIGN: readers tolerate them): the resume re-runs those episodes and ends cleanly."""
+    exp = tmp_path / "good.yaml"
+    exp.write_text(GOOD)
+    out = tmp_path / "out"
+    first = cli("run", str(exp), "--output", str(out), "--workers", "1", "--no-progress", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    parts = sorted((out / "push_expert" / "parts").glob("*.jsonl"))
+    assert parts
+    for part in parts:
+        part.write_text(GARBLED_PARTS[kind])
+    (out / "push_expert" / "episode_results.jsonl").write_text(GARBLED_PARTS[kind])
+    again = cli("run", str(exp), "--output", str(out), "--workers", "1", "--no-progress", "--resume", cwd=tmp_path)
+    assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr
+    result = json.loads((out / "experiment_result.json").read_text())
+    assert "push_expert" in json.dumps(result) and "Traceback" not in again.stdout
+    from evalfleet.rollout.runner import latest_records
+
+    assert sorted(latest_records(out, "push_expert")) == [0, 1]  # both planned episodes recorded again
