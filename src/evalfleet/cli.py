@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from evalfleet import __version__
@@ -52,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         code = args.handler(args)
+        sys.stdout.flush()  # here, not at exit: a reader that went away (`| head`) is seen below
+    except BrokenPipeError:
+        # The reader of our output closed it (`evalfleet overrides EXP | head`): that is a normal end.
+        _silence_stdout()
+        return 0
     except UserError as exc:
         print(f"evalfleet: error: {exc.line()}", file=sys.stderr)
         return 2
@@ -59,6 +65,16 @@ def main(argv: list[str] | None = None) -> int:
         print("evalfleet: interrupted", file=sys.stderr)
         return 130
     return int(code or 0)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail a second time."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # stdout without a file descriptor (captured in tests)
+        pass
 
 
 if __name__ == "__main__":

@@ -15,9 +15,14 @@ class UserError(Exception):
         super().__init__(self.line())
 
     def line(self) -> str:
+        """One line, always: a line break or control character inside a name or value is shown escaped."""
         parts = [p for p in (self.where, self.key) if p]
         prefix = ": ".join(parts)
-        return f"{prefix}: {self.message}" if prefix else self.message
+        return _one_line(f"{prefix}: {self.message}" if prefix else self.message)
+
+
+def _one_line(text: str) -> str:
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class InfrastructureError(Exception):

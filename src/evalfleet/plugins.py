@@ -8,6 +8,8 @@ import importlib
 import os
 from importlib.metadata import entry_points
 
+from evalfleet.errors import UserError
+
 BUILTIN_MODULES = (
     "evalfleet.sim.metaworld_spec",
     "evalfleet.sim.gymnasium_spec",
@@ -25,7 +27,15 @@ def load_registries() -> None:
     global _loaded
     if _loaded:
         return
-    _loaded = True
+    _loaded = True  # set first: a plugin that itself calls load_registries() must not recurse
+    try:
+        _load_all()
+    except UserError:
+        _loaded = False  # a fixed environment is read again by the next call (tests, long-lived processes)
+        raise
+
+
+def _load_all() -> None:
     import pkgutil
 
     import evalfleet.policies
@@ -38,6 +48,21 @@ def load_registries() -> None:
             if exc.name != name:
                 raise
     for ep in entry_points(group="evalfleet.plugins"):
-        ep.load()
+        _import_plugin(ep.load, f"plugin {ep.value!r} (entry point {ep.name!r} of group evalfleet.plugins)",
+                       "fix or uninstall the package that declares it", key=None)
     for name in filter(None, (n.strip() for n in os.environ.get(PLUGINS_ENV, "").split(","))):
-        importlib.import_module(name)
+        _import_plugin(lambda: importlib.import_module(name), f"plugin module {name!r} named in {PLUGINS_ENV}",
+                       f"check it is importable from PYTHONPATH, or remove it from {PLUGINS_ENV}", key=PLUGINS_ENV)
+
+
+def _import_plugin(load: object, what: str, fix: str, *, key: str | None) -> None:
+    """A plugin that cannot be imported is the user's setup, not evalfleet's bug: one line, exit 2."""
+    try:
+        load()  # type: ignore[operator]
+    except ModuleNotFoundError as exc:
+        raise UserError(f"{what} cannot be imported: no module named {exc.name!r}; {fix}",
+                        where="environment", key=key) from None
+    except Exception as exc:  # noqa: BLE001 — any error while importing third-party code
+        detail = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise UserError(f"{what} failed to import ({type(exc).__name__}: {detail}); {fix}",
+                        where="environment", key=key) from None

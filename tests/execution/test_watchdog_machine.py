@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from evalfleet.errors import UserError
+
 from evalfleet.execution.watchdog import (
     Finish,
     Kill,
@@ -329,11 +331,16 @@ def test_describe_exit():
 
 
 def test_config_validation():
-    with pytest.raises(ValueError, match="stall_timeout"):
+    # A UserError naming the flag, so `evalfleet run` can build the config before writing anything.
+    with pytest.raises(UserError, match="--stall-timeout"):
         WatchdogConfig(stall_timeout=0)
-    with pytest.raises(ValueError, match="max_restarts"):
+    with pytest.raises(UserError, match="--stall-timeout"):
+        WatchdogConfig(stall_timeout=float("nan"))
+    with pytest.raises(UserError, match="--startup-timeout"):
+        WatchdogConfig(startup_timeout=float("inf"))
+    with pytest.raises(UserError, match="--max-restarts"):
         WatchdogConfig(max_restarts=-1)
-    with pytest.raises(ValueError, match="term_grace"):
+    with pytest.raises(UserError, match="--term-grace"):
         WatchdogConfig(term_grace=-1)
     assert config_problems(WatchdogConfig()) == []
 

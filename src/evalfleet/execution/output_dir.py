@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from evalfleet.errors import UserError
 from evalfleet.experiment.loading import LoadedExperiment
+from evalfleet.experiment.safe_yaml import parse_yaml, read_text_bounded
 
 from evalfleet.outputs.collect import EXPERIMENT_FILE, STATUS_FILE
 
@@ -29,23 +30,72 @@ def default_output(loaded: LoadedExperiment) -> Path:
 
 
 def prepare_output(out: Path, loaded: LoadedExperiment, *, resume: bool) -> None:
-    """New run: the folder must not hold another run. Resume: it must hold this same Experiment."""
+    """New run: the folder must not hold another run. Resume: it must hold this same Experiment.
+    Every refusal (a file where the folder should be, no permission, an unreadable experiment.yaml)
+    is a UserError naming the path, raised before anything is written."""
+    try:
+        _prepare(out, loaded, resume=resume)
+    except OSError as exc:  # a path the OS refuses outright (name too long, a loop of links, ...)
+        raise UserError(f"unusable output folder ({exc.strerror or exc})", where=str(out)) from None
+
+
+def _prepare(out: Path, loaded: LoadedExperiment, *, resume: bool) -> None:
+    where = str(out)
+    if out.exists() and not out.is_dir():
+        raise UserError("is a file, not a folder; give --output a folder path", where=where)
     existing = out / EXPERIMENT_FILE
     if resume:
         if not existing.exists():
-            raise UserError(f"nothing to resume: no {EXPERIMENT_FILE} here; run without --resume to start", where=str(out))
-        before = yaml.safe_load(existing.read_text())
+            raise UserError(f"nothing to resume: no {EXPERIMENT_FILE} here; run without --resume to start", where=where)
+        try:
+            before = parse_yaml(read_text_bounded(existing), str(existing))
+        except UserError as exc:
+            raise UserError(f"cannot resume: {exc.message}; resume a folder written by `evalfleet run`, or choose a "
+                            "new --output", where=exc.where, key=exc.key) from None
         if before != loaded.resolved_document():
             raise UserError(
                 f"{EXPERIMENT_FILE} here differs from the Experiment given (file or overrides changed); "
                 "resume with the same file and overrides, or choose a new --output",
-                where=str(out),
+                where=where,
             )
+        _check_writable(out, where)
         return
-    if out.exists() and any(out.iterdir()):
-        raise UserError("output folder is not empty; pass --resume to continue it, or choose another --output", where=str(out))
-    out.mkdir(parents=True, exist_ok=True)
-    write_atomic(existing, loaded.resolved_yaml())
+    try:
+        not_empty = out.exists() and any(out.iterdir())
+    except OSError as exc:
+        raise UserError(f"cannot list the output folder ({exc.strerror or exc})", where=where) from None
+    if not_empty:
+        raise UserError("output folder is not empty; pass --resume to continue it, or choose another --output", where=where)
+    _check_writable(out, where)
+    created = _first_missing(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        write_atomic(existing, loaded.resolved_yaml())
+    except OSError as exc:
+        if created is not None:  # leave nothing behind of a folder this call created
+            shutil.rmtree(created, ignore_errors=True)
+        raise UserError(f"cannot write the output folder ({exc.strerror or exc})", where=where) from None
+
+
+def _first_missing(out: Path) -> Path | None:
+    """The outermost folder of `out` that does not exist yet (what mkdir(parents=True) will create)."""
+    missing = None
+    for p in (out, *out.parents):
+        if p.exists():
+            break
+        missing = p
+    return missing
+
+
+def _check_writable(out: Path, where: str) -> None:
+    """The folder, or the nearest folder above it that exists, is a folder we may write in."""
+    target = out.absolute()
+    while not target.exists() and target != target.parent:
+        target = target.parent
+    if not target.is_dir():
+        raise UserError(f"cannot create the output folder: {target} is a file, not a folder", where=where)
+    if not os.access(target, os.W_OK | os.X_OK):
+        raise UserError(f"cannot create the output folder: no permission to write in {target}", where=where)
 
 
 def write_atomic(path: Path, text: str) -> None:

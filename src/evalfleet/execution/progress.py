@@ -117,7 +117,8 @@ class ProgressTracker:
                         progress.successes[ep] = status == "success"
                     elif status == "error":
                         progress.errors += 1
-                        if int(rec.get("attempt", 1)) >= progress.max_attempts:
+                        attempt = rec.get("attempt", 1)
+                        if not isinstance(attempt, int) or attempt >= progress.max_attempts:
                             progress.decided.add(ep)
 
     def done(self, name: str) -> int:

@@ -87,8 +87,10 @@ class WatchdogConfig:
     backoff_factor: float = 2.0
 
     def __post_init__(self) -> None:
+        # Checked here so every caller (the CLI, `evalfleet run`, a Ray task) refuses a bad value before
+        # anything is written, with the flag the user typed.
         for name, problem in config_problems(self):
-            raise ValueError(f"WatchdogConfig.{name}: {problem}")
+            raise UserError(problem, where="command line", key=_FLAGS.get(name, name))
 
     @classmethod
     def local(cls, **changes: Any) -> "WatchdogConfig":
@@ -100,24 +102,39 @@ class WatchdogConfig:
 
     def backoff_delay(self, restart: int) -> float:
         """Seconds to wait before relaunch number `restart` (1-based)."""
-        return min(self.backoff * self.backoff_factor ** max(restart - 1, 0), self.backoff_max)
+        try:
+            return min(self.backoff * self.backoff_factor ** max(restart - 1, 0), self.backoff_max)
+        except OverflowError:  # factor ** restart beyond a float: long past backoff_max
+            return self.backoff_max
+
+
+MAX_WATCHDOG_SECONDS = 30 * 24 * 3600.0  # far beyond any timeout, far below threading.TIMEOUT_MAX
+MAX_RESTARTS = 10_000
 
 
 def config_problems(cfg: Any) -> list[tuple[str, str]]:
-    """(field, problem) for every bad value in anything shaped like a WatchdogConfig."""
+    """(field, problem) for every bad value in anything shaped like a WatchdogConfig: every number finite,
+    of the right kind, within bounds (NaN compares false to everything, so each test is written to fail on it)."""
     out = []
+
+    def seconds(name: str, *, zero_ok: bool) -> None:
+        value = getattr(cfg, name)
+        kind = "zero or more" if zero_ok else "a positive number of"
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            (0 <= value if zero_ok else 0 < value) and value <= MAX_WATCHDOG_SECONDS
+        ):
+            out.append((name, f"must be {kind} seconds, at most {MAX_WATCHDOG_SECONDS:.0f} (30 days), got {value!r}"))
+
     for name in ("startup_timeout", "stall_timeout", "poll"):
-        value = getattr(cfg, name)
-        if not value > 0:
-            out.append((name, f"must be a positive number of seconds, got {value!r}"))
+        seconds(name, zero_ok=False)
     for name in ("term_grace", "backoff", "backoff_max"):
-        value = getattr(cfg, name)
-        if not value >= 0:
-            out.append((name, f"must be zero or more seconds, got {value!r}"))
-    if isinstance(cfg.max_restarts, bool) or not isinstance(cfg.max_restarts, int) or cfg.max_restarts < 0:
-        out.append(("max_restarts", f"must be a whole number >= 0, got {cfg.max_restarts!r}"))
-    if not cfg.backoff_factor >= 1:
-        out.append(("backoff_factor", f"must be >= 1, got {cfg.backoff_factor!r}"))
+        seconds(name, zero_ok=True)
+    restarts = cfg.max_restarts
+    if isinstance(restarts, bool) or not isinstance(restarts, int) or not 0 <= restarts <= MAX_RESTARTS:
+        out.append(("max_restarts", f"must be a whole number from 0 to {MAX_RESTARTS}, got {restarts!r}"))
+    factor = cfg.backoff_factor
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 1 <= factor <= 100:
+        out.append(("backoff_factor", f"must be a number from 1 to 100, got {factor!r}"))
     return out
 
 

@@ -75,6 +75,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from evalfleet.experiment.plan import make_plan
 
     path = experiment_path(args)
+    # The same refusals as `evalfleet run`, so a plan never shows what a run would refuse.
+    if args.workers is not None and args.workers <= 0:
+        raise UserError("--workers must be at least 1", where="command line", key="--workers")
     if args.shard_size is not None and args.shard_size <= 0:
         raise UserError("--shard-size must be a positive number of episodes", where="command line", key="--shard-size")
     from evalfleet.textlayout import output_width
@@ -119,6 +122,18 @@ def plan_lines(name: str, plan, width: int) -> list[str]:  # noqa: ANN001
     note = f"{FREE_PORT}: `evalfleet run` starts each server on a free loopback port and wires its clients to it"
     lines.extend(wrap_fields(note.split(" "), width, gap=" ", hanging="  "))
     return lines
+
+
+def _console():  # noqa: ANN202
+    """A rich Console that lets a closed pipe (`| head`) reach cli.main, which ends quietly with exit 0;
+    rich's own handling exits 1."""
+    from rich.console import Console
+
+    class PipeFriendlyConsole(Console):
+        def on_broken_pipe(self) -> None:
+            raise BrokenPipeError
+
+    return PipeFriendlyConsole()
 
 
 def cmd_variations(args: argparse.Namespace) -> int:

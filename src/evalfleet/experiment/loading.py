@@ -19,7 +19,8 @@ from pydantic import BaseModel, ValidationError
 from evalfleet.errors import UserError
 from evalfleet.experiment.overrides import WHERE as COMMAND_LINE
 from evalfleet.experiment.overrides import Override, parse_override, set_path
-from evalfleet.experiment.schema import RUN_NAME, Experiment, Run, VariationSpec
+from evalfleet.experiment.safe_yaml import parse_yaml, read_text_bounded
+from evalfleet.experiment.schema import MAX_NAME, RUN_NAME, Experiment, Run, VariationSpec
 
 SPEC_KEYS = set(VariationSpec.model_fields)
 
@@ -50,23 +51,9 @@ class LoadedExperiment:
 
 
 def read_document(path: str | Path) -> dict[str, Any]:
+    """The file's top-level map, read with bounds (size, depth, aliases) and made of plain, finite values."""
     where = str(path)
-    p = Path(path)
-    if not p.exists():
-        raise UserError("file not found; give the path of an Experiment YAML file", where=where)
-    if p.is_dir():
-        raise UserError("is a folder; give the path of an Experiment YAML file", where=where)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read the file ({exc})", where=where) from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise UserError(f"not valid YAML{at}: {problem}", where=where) from None
+    doc = parse_yaml(read_text_bounded(path, where), where)
     if doc is None:
         raise UserError("the file is empty; an Experiment needs a top-level `runs:` map", where=where)
     if not isinstance(doc, dict):
@@ -89,9 +76,9 @@ def load_experiment(path: str | Path, overrides: Iterable[str] = ()) -> LoadedEx
         if o.is_backend:
             set_path(backend_settings, o.path, o.value)
 
-    # A tree copy: YAML aliases (`*pi0_policy`) become independent copies, so an override of one Run
-    # never reaches another Run that shares the anchor (copy.deepcopy would keep them shared).
-    base = _normalise(_tree_copy(raw, where), where)
+    # read_document's tree is already a copy in which YAML aliases (`*pi0_policy`) are independent, so
+    # an override of one Run never reaches another Run that shares the anchor.
+    base = _normalise(raw, where)
     # Validate the file alone first so its own mistakes are reported against the file.
     _build(base, where)
     exp_overrides = [o for o in parsed if not o.is_backend]
@@ -107,17 +94,6 @@ def load_experiment(path: str | Path, overrides: Iterable[str] = ()) -> LoadedEx
     return LoadedExperiment(where, experiment, doc, backend_settings, [o.text for o in parsed])
 
 
-def _tree_copy(node: Any, where: str, _path: tuple[int, ...] = ()) -> Any:
-    if isinstance(node, (dict, list)):
-        if id(node) in _path:
-            raise UserError("a YAML alias refers to a map or list that contains it (a cycle)", where=where)
-        inner = (*_path, id(node))
-        if isinstance(node, dict):
-            return {k: _tree_copy(v, where, inner) for k, v in node.items()}
-        return [_tree_copy(v, where, inner) for v in node]
-    return node
-
-
 def _normalise(doc: dict[str, Any], where: str) -> dict[str, Any]:
     if "runs" not in doc:
         keys = ", ".join(sorted(map(str, doc))) or "none"
@@ -129,9 +105,10 @@ def _normalise(doc: dict[str, Any], where: str) -> dict[str, Any]:
     if "shared" in doc and not isinstance(doc["shared"], dict):
         raise UserError("`shared` must be a map of Run keys", where=where, key="shared")
     for name, run in doc["runs"].items():
-        if not isinstance(name, str) or not RUN_NAME.match(name):
+        if not isinstance(name, str) or not RUN_NAME.fullmatch(name):
             raise UserError(
-                f"bad Run name {name!r}: use letters, digits, '_' and '-', starting with a letter or '_'",
+                f"bad Run name {name!r}: it names a folder, so use letters, digits, '_' and '-', starting with a "
+                f"letter or '_', at most {MAX_NAME} characters",
                 where=where,
                 key=f"runs.{name}",
             )
@@ -238,7 +215,7 @@ def _validation_error(exc: ValidationError, where: str, model: type[BaseModel], 
     err = exc.errors()[0]
     loc = prefix + tuple(err["loc"])
     # Drop pydantic's union-branch and "[key]" markers from the key path.
-    parts = [str(p) for p in loc if not (isinstance(p, str) and (p.startswith("function-") or p in ("list[float]", "float")))]
+    parts = [str(p) for p in loc if not (isinstance(p, str) and (p.startswith("function-") or p in ("list[float]", "float", "constrained-float", "list[constrained-float]")))]
     key = ".".join(parts)
     if err["type"] == "extra_forbidden":
         parent = _model_at(model, loc[len(prefix):-1])

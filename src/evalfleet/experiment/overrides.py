@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from evalfleet.errors import UserError
+from evalfleet.experiment.safe_yaml import MAX_DEPTH, parse_yaml
 
 WHERE = "command line"
 PREFIX_ALIASES = ("experiment_cfg.",)
@@ -41,6 +42,8 @@ def parse_override(text: str) -> Override:
         if key.startswith(prefix):
             key = key[len(prefix):]
     path = tuple(key.split("."))
+    if len(path) > MAX_DEPTH:
+        raise UserError(f"override {text[:80]!r}...: more than {MAX_DEPTH} key segments", where=WHERE)
     if any(not part for part in path):
         raise UserError(f"override {text!r} has an empty key segment", where=WHERE)
     if path[0] not in EXPERIMENT_ROOTS + BACKEND_ROOTS:
@@ -51,14 +54,13 @@ def parse_override(text: str) -> Override:
     if path[0] in ("runs",) and len(path) < 3:
         raise UserError(f"override {text!r}: name a key inside a Run, e.g. runs.NAME.rollout_limit.num_episodes=4", where=WHERE)
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as exc:
-        raise UserError(f"override {text!r}: value is not valid YAML ({_first_line(exc)})", where=WHERE) from None
+        # The same bounded loader as the file: no alias bombs, no deep nesting, finite numbers only.
+        value = parse_yaml(raw, WHERE) if raw.strip() else ""
+    except UserError as exc:
+        detail = exc.message.replace("not valid YAML", "value is not valid YAML", 1)
+        where_in_value = f" (at {exc.key})" if exc.key else ""
+        raise UserError(f"override {text!r}: {detail}{where_in_value}", where=WHERE) from None
     return Override(text, path, value)
-
-
-def _first_line(exc: Exception) -> str:
-    return str(exc).strip().splitlines()[0]
 
 
 def set_path(doc: dict[str, Any], path: tuple[str, ...], value: Any) -> None:

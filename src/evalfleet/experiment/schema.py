@@ -11,9 +11,30 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, mode
 # Counts and seeds take whole numbers only: lax pydantic would read `num_episodes: true` as 1.
 Int = Annotated[int, Strict()]
 
-RUN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+# Every value has bounds, so nothing downstream meets a NaN, an overflow or a size the machine cannot
+# hold. The limits are far above any real evaluation and far below what would hang a plan or a runner.
+MAX_NAME = 100  # Run and Experiment names become folder names (file systems allow 255 bytes)
+MAX_TAG = 200  # task / policy_name tags: labels in records and reports
+MAX_TYPE = 1024  # an environment or policy `type` may be a path
+MAX_RUNS = 1_000
+MAX_EPISODES = 1_000_000  # per Run; the plan lists every episode
+MAX_STEPS = 10**10
+MAX_ENVS = 1_024  # env instances stepped in lockstep inside one runner process
+MAX_ATTEMPTS = 100
+MAX_SECONDS = 7 * 24 * 3600.0  # timeouts; also keeps them below threading's TIMEOUT_MAX
+MAX_SEED = 2**63 - 1
+MAX_SAMPLER = 1e9  # sampler bounds: |high - low| stays finite
+MAX_PIXELS = 8_192
+MAX_FPS = 1_000
+
+# Names are matched whole (fullmatch; `$` would also accept a trailing newline).
+RUN_NAME = re.compile(rf"[A-Za-z_][A-Za-z0-9_-]{{0,{MAX_NAME - 1}}}")
 # The Experiment's name becomes part of folder and workflow names (outputs/<name>-<time>).
-EXPERIMENT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+EXPERIMENT_NAME = re.compile(rf"[A-Za-z0-9_][A-Za-z0-9_.-]{{0,{MAX_NAME - 1}}}")
+
+Seconds = Annotated[float, Field(allow_inf_nan=False, gt=0, le=MAX_SECONDS)]
+SamplerNumber = Annotated[float, Field(allow_inf_nan=False, ge=-MAX_SAMPLER, le=MAX_SAMPLER)]
+SamplerValue = SamplerNumber | list[SamplerNumber]
 
 
 class Strict(BaseModel):
@@ -24,7 +45,14 @@ class TypedSection(BaseModel):
     """`environment` or `policy`: a registry `type` plus that type's options (validated by the type)."""
 
     model_config = ConfigDict(extra="allow")
-    type: str = Field(min_length=1)
+    type: str = Field(min_length=1, max_length=MAX_TYPE)
+
+    @field_validator("type")
+    @classmethod
+    def one_line(cls, v: str) -> str:
+        if not v.isprintable():
+            raise ValueError(f"must be one line of printable text, got {v!r}")
+        return v
 
     def options(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
@@ -32,12 +60,12 @@ class TypedSection(BaseModel):
 
 class PolicySection(TypedSection):
     # How many actions of a returned chunk run before the policy is asked again (None: the whole chunk).
-    open_loop_horizon: Int | None = Field(default=None, gt=0)
+    open_loop_horizon: Int | None = Field(default=None, gt=0, le=MAX_EPISODES)
 
 
 class RolloutLimit(Strict):
-    num_episodes: Int | None = Field(default=None, gt=0)
-    num_steps: Int | None = Field(default=None, gt=0)
+    num_episodes: Int | None = Field(default=None, gt=0, le=MAX_EPISODES)
+    num_steps: Int | None = Field(default=None, gt=0, le=MAX_STEPS)
 
     @model_validator(mode="after")
     def exactly_one(self) -> "RolloutLimit":
@@ -49,13 +77,13 @@ class RolloutLimit(Strict):
 class EnvironmentBuilder(BaseModel):
     # Arena's builder carries simulator flags we do not know; known environment types reject extras.
     model_config = ConfigDict(extra="allow")
-    num_envs: Int = Field(default=1, gt=0)
-    seed: Int | None = Field(default=None, ge=0)
+    num_envs: Int = Field(default=1, gt=0, le=MAX_ENVS)
+    seed: Int | None = Field(default=None, ge=0, le=MAX_SEED)
 
 
 class SamplerCfg(Strict):
-    low: float | list[float]
-    high: float | list[float]
+    low: SamplerValue
+    high: SamplerValue
 
 
 Distribution = Literal["uniform", "normal", "choice"]
@@ -70,10 +98,10 @@ class VariationSpec(BaseModel):
     enabled: bool = False
     sampler_cfg: SamplerCfg | None = None
     distribution: Distribution | None = None
-    low: float | list[float] | None = None
-    high: float | list[float] | None = None
-    mean: float | list[float] | None = None
-    std: float | list[float] | None = None
+    low: SamplerValue | None = None
+    high: SamplerValue | None = None
+    mean: SamplerValue | None = None
+    std: SamplerValue | None = None
     values: list[Any] | None = None
 
     @model_validator(mode="after")
@@ -97,6 +125,8 @@ class VariationSpec(BaseModel):
         elif dist == "choice":
             if not self.values:
                 raise ValueError("a choice sampler needs a non-empty `values` list")
+            for value in self.values:
+                _check_choice_value(value)
         return self
 
     def sampler(self) -> dict[str, Any] | None:
@@ -127,6 +157,13 @@ def _same_shape(a: Any, b: Any, an: str, bn: str) -> None:
         raise ValueError(f"{an} and {bn} must have the same length (got {a!r} and {b!r})")
 
 
+def _check_choice_value(value: Any) -> None:
+    """Numbers among `values` (also inside vectors) obey the same bounds as low/high."""
+    for x in value if isinstance(value, list) else [value]:
+        if isinstance(x, (int, float)) and not isinstance(x, bool) and not (-MAX_SAMPLER <= x <= MAX_SAMPLER):
+            raise ValueError(f"`values` must be finite numbers within ±{MAX_SAMPLER:g}, got {x!r}")
+
+
 def _check_bounds(low: Any, high: Any) -> None:
     _same_shape(low, high, "low", "high")
     for lo, hi in zip(_as_list(low), _as_list(high)):
@@ -137,10 +174,10 @@ def _check_bounds(low: Any, high: Any) -> None:
 class Recording(Strict):
     video: bool = False
     cameras: list[str] = Field(default_factory=list)
-    every_n_episodes: Int = Field(default=10, gt=0)
-    fps: Int = Field(default=20, gt=0)
-    width: Int | None = Field(default=None, gt=0)
-    height: Int | None = Field(default=None, gt=0)
+    every_n_episodes: Int = Field(default=10, gt=0, le=MAX_EPISODES)
+    fps: Int = Field(default=20, gt=0, le=MAX_FPS)
+    width: Int | None = Field(default=None, gt=0, le=MAX_PIXELS)
+    height: Int | None = Field(default=None, gt=0, le=MAX_PIXELS)
 
 
 class Run(Strict):
@@ -153,14 +190,16 @@ class Run(Strict):
     task: str | None = None
     policy_name: str | None = None
     recording: Recording = Field(default_factory=Recording)
-    max_attempts: Int = Field(default=3, gt=0)
-    episode_timeout_s: float = Field(default=600.0, gt=0)
+    max_attempts: Int = Field(default=3, gt=0, le=MAX_ATTEMPTS)
+    episode_timeout_s: Seconds = 600.0
 
     @field_validator("task", "policy_name")
     @classmethod
     def non_empty(cls, v: str | None) -> str | None:
         if v is not None and not v.strip():
             raise ValueError("must not be empty")
+        if v is not None and (len(v) > MAX_TAG or not v.isprintable()):
+            raise ValueError(f"must be one line of printable text of at most {MAX_TAG} characters, got {v[:40]!r}")
         return v
 
     def task_tag(self) -> str:
@@ -188,7 +227,7 @@ def _stem(type_name: str) -> str:
 
 class Experiment(Strict):
     name: str = "experiment"
-    seed: Int = Field(default=0, ge=0)
+    seed: Int = Field(default=0, ge=0, le=MAX_SEED)
     runs: dict[str, Run]
     # per_run: a policy server for every Run that needs one; per_policy: one server for all Runs
     # whose server-side policy settings are identical (batched across them).
@@ -199,10 +238,10 @@ class Experiment(Strict):
     @field_validator("name")
     @classmethod
     def usable_as_folder_name(cls, v: str) -> str:
-        if not EXPERIMENT_NAME.match(v):
+        if not EXPERIMENT_NAME.fullmatch(v):
             raise ValueError(
-                f"bad Experiment name {v!r}: it names output folders, so use letters, digits, '_', '-' and '.' "
-                "(starting with a letter, digit or '_')"
+                f"bad Experiment name {v[:MAX_NAME + 10]!r}: it names output folders, so use letters, digits, '_', "
+                f"'-' and '.' (starting with a letter, digit or '_'), at most {MAX_NAME} characters"
             )
         return v
 
@@ -211,4 +250,6 @@ class Experiment(Strict):
     def some_runs(cls, runs: dict[str, Run]) -> dict[str, Run]:
         if not runs:
             raise ValueError("an Experiment needs at least one Run")
+        if len(runs) > MAX_RUNS:
+            raise ValueError(f"{len(runs)} Runs; at most {MAX_RUNS} in one Experiment")
         return runs

@@ -100,6 +100,10 @@ class RecordWriter:
         self.close()
 
 
+def _numeric(value: Any) -> bool:
+    return isinstance(value, int) or (isinstance(value, float) and value == value and abs(value) != float("inf"))
+
+
 def iter_record_dicts(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     """Every complete JSON object line in a file; torn or garbled lines are skipped."""
     try:
@@ -114,7 +118,8 @@ def iter_record_dicts(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
                     data = json.loads(line)
                 except json.JSONDecodeError:
                     continue
-                if isinstance(data, dict):
+                # Only objects, and only with a numeric attempt (readers take int() of it): garbled lines are skipped.
+                if isinstance(data, dict) and _numeric(data.get("attempt", 1)):
                     yield data
     except FileNotFoundError:
         return
