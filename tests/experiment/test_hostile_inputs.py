@@ -363,8 +363,6 @@ def test_watchdog_config_refuses_bad_values_naming_the_flag(flag: str, value: st
     assert info.value.key == flag and info.value.where == "command line"
 
 
-@pytest.mark.xfail(strict=True, reason="execution/commands.py builds WatchdogConfig after prepare_output; the "
-                                       "commands.py rewrite constructs it first (then remove this marker)")
 def test_run_refuses_bad_watchdog_flags_before_writing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     exp = tmp_path / "good.yaml"

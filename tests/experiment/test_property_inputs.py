@@ -21,7 +21,7 @@ from evalfleet.experiment.loading import load_experiment
 from evalfleet.experiment.overrides import parse_override
 from evalfleet.experiment.plan import make_plan
 from evalfleet.experiment.safe_yaml import parse_yaml
-from evalfleet.rollout.records import RunScope, iter_record_dicts, read_run_records
+from evalfleet.rollout.records import RunScope, iter_record_dicts, read_run_records, record_run
 
 SETTINGS = settings(max_examples=150, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -196,7 +196,7 @@ def test_any_record_file_reads_without_error(body: list[str], torn: bool, exp_fi
     assert all(isinstance(r, dict) for r in records)
     counted = read_run_records(RunScope("r", 5), [path, path])
     assert all(isinstance(ep, int) and 0 <= ep < 5 for ep in counted.by_episode)
-    assert all(rec.get("run", rec.get("job_name", "r")) == "r" for rec in counted.records)
+    assert all(record_run(rec) in (None, "r") for rec in counted.records)  # naming no Run: the folder's
     from evalfleet.rollout.runner import is_decided
 
     for rec in records:

@@ -101,8 +101,6 @@ class _Normaliser:
                 key = (source, line)
             per_run = self._synthetic.setdefault(rec["run"], {})
             rec["episode"] = per_run.setdefault(key, len(per_run))
-        elif isinstance(rec["episode"], str) and rec["episode"].isdigit():
-            rec["episode"] = int(rec["episode"])  # anything else that is not an integer is set aside, not counted
         status = rec.get("status")
         if status not in STATUSES:
             success = rec.get("success")

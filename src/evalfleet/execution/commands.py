@@ -54,7 +54,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from evalfleet.errors import UserError
     from evalfleet.execution.pipeline import run
     from evalfleet.execution.watchdog import WatchdogConfig
 
@@ -66,11 +65,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         print_overrides(path, args.overrides)
         return 0
-    try:
-        watchdog = WatchdogConfig.local(stall_timeout=args.stall_timeout, startup_timeout=args.startup_timeout,
-                                        max_restarts=args.max_restarts)
-    except ValueError as exc:  # WatchdogConfig names the field; the flag is the same word
-        raise UserError(str(exc), where="command line") from None
+    # Built first: a bad value is refused (naming its flag) before anything is written.
+    watchdog = WatchdogConfig.local(stall_timeout=args.stall_timeout, startup_timeout=args.startup_timeout,
+                                    max_restarts=args.max_restarts)
     result = run(path, overrides=args.overrides, output=args.output, backend=args.backend, workers=args.workers,
                  resume=args.resume, progress=not args.no_progress, shard_size=args.shard_size, watchdog=watchdog,
                  ray_address=args.ray_address)

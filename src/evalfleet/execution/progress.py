@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalfleet.rollout.records import RunScope
+from evalfleet.rollout.records import RunScope, precedence
 from evalfleet.rollout.runner import run_log_files
 
 SESSION_SLACK_S = 2.0  # clock skew between the workers' records and this process
@@ -32,6 +32,7 @@ class RunProgress:
     decided: set[int] = field(default_factory=set)
     successes: dict[int, bool] = field(default_factory=dict)
     errors: int = 0
+    precedence: dict[int, tuple[int, float]] = field(default_factory=dict)  # of the record counted per episode
     # Wall-clock span of this session's episodes (from the records' timestamp - duration_s): a Run's time
     # counts from its own first episode, not from the start of the experiment.
     first_start: float | None = None
@@ -110,6 +111,9 @@ class ProgressTracker:
                     if not isinstance(rec, dict) or RunScope(name, progress.planned or None).reason_to_reject(rec):
                         continue  # never counted (records.RunScope), so never shown as progress
                     ep = rec["episode"]
+                    if precedence(rec) < progress.precedence.get(ep, (0, float("-inf"))):
+                        continue  # a stale duplicate (records.RunRecords keeps the newer one)
+                    progress.precedence[ep] = precedence(rec)
                     progress.note_times(rec, self.session_start)
                     status = rec.get("status")
                     if status in ("success", "failure"):

@@ -150,6 +150,11 @@ def _timestamp(rec: dict[str, Any]) -> float:
     return float("-inf")
 
 
+def precedence(rec: dict[str, Any]) -> tuple[int, float]:
+    """Of two records of one episode the one with the greater precedence counts (a tie: the later line)."""
+    return _attempt(rec), _timestamp(rec)
+
+
 @dataclass(frozen=True)
 class RunScope:
     """What belongs to one Run: records naming this Run (or naming none, found in its folder) for one of its
@@ -228,7 +233,7 @@ class RunRecords:
         ep = record_episode(rec)
         assert ep is not None
         self._seq += 1
-        key = (_attempt(rec), _timestamp(rec), self._seq)
+        key = (*precedence(rec), self._seq)
         current = self._best.get(ep)
         if current is None or key > current[0]:
             self._best[ep] = (key, rec, line)
