@@ -56,6 +56,7 @@ import yaml
 from evalfleet.errors import UserError
 from evalfleet.execution.backends import BACKENDS, BackendBase
 from evalfleet.execution.settings import OSMO_NAME, OSMO_NAME_MAX, OsmoSettings, backend_settings
+from evalfleet.secrets import URL_USERINFO, looks_secret, mask_url
 
 WHERE = "command line"
 TASK_DIR = "/tmp/evalfleet"  # where a task's files are mounted (OSMO forbids paths under /osmo)
@@ -295,7 +296,9 @@ def render_group(loaded: Any, p: RunPlacement, settings: OsmoSettings) -> dict[s
     run = loaded.experiment.runs[p.run]
     rp = run_plan(p.run, run, loaded.experiment.seed)
     _scan_values(run_document(loaded, p.run)["runs"], "runs")
-    policy = run.model_dump(mode="json", exclude_none=True)["policy"]
+    # From the resolved document: a literal api_key is there only as the variable it travels in (secrets.py).
+    policy = run_document(loaded, p.run)["runs"][p.run]["policy"]
+    credentials = secret_credentials(policy, settings)
     host = port = None
     tasks: list[dict[str, Any]] = []
     server_task = None
@@ -303,7 +306,7 @@ def render_group(loaded: Any, p: RunPlacement, settings: OsmoSettings) -> dict[s
         binding = binding_for(run.policy.type)
         host, port = f"{{{{host:{p.server}}}}}", binding.default_port
         policy = binding.wire_client(policy, host, port)
-        command = binding.command(run.policy.options(), "0.0.0.0", port, _policy_context(loaded, p.run))
+        command = binding.command(policy, "0.0.0.0", port, _policy_context(loaded, p.run))
         lines = ["#!/bin/bash", "set -u"]
         if command.cwd:
             lines.append(f"cd {shlex.quote(command.cwd)}")
@@ -317,6 +320,7 @@ def render_group(loaded: Any, p: RunPlacement, settings: OsmoSettings) -> dict[s
             "files": [{"path": f"{TASK_DIR}/serve.sh", "contents": serve}],
             "resource": "default",
             "exitActions": {"RESCHEDULE": PREEMPTED_EXIT},
+            **credentials,
         }
     document = run_document(loaded, p.run, policy)
     experiment_yaml = yaml.safe_dump(document, sort_keys=False, width=10**9, allow_unicode=True)
@@ -330,6 +334,7 @@ def render_group(loaded: Any, p: RunPlacement, settings: OsmoSettings) -> dict[s
                   {"path": f"{TASK_DIR}/experiment.yaml", "contents": experiment_yaml}],
         "resource": "default",
         "exitActions": {"RESCHEDULE": PREEMPTED_EXIT},
+        **credentials,
     })
     if server_task:
         tasks.append(server_task)
@@ -345,9 +350,43 @@ def _policy_context(loaded: Any, run: str) -> Any:
     return policy_context(run, r, run_plan(run, r, loaded.experiment.seed).base_seed)
 
 
+def secret_env_names(node: Any) -> list[str]:
+    """The environment variables a Run's options read secrets from (`api_key_env: NAME`, ...)."""
+    found: list[str] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key.endswith("_env") and looks_secret(key[:-4]) and isinstance(value, str):
+                found.append(value)
+            else:
+                found += secret_env_names(value)
+    elif isinstance(node, list):
+        for value in node:
+            found += secret_env_names(value)
+    return sorted(set(found))
+
+
+def secret_credentials(policy: dict[str, Any], settings: OsmoSettings) -> dict[str, Any]:
+    """A task's `credentials`: every variable its policy reads a secret from, out of the OSMO generic
+    credential `osmo.credential` (key = the variable's name). Nothing secret is in the spec itself."""
+    names = secret_env_names(policy)
+    return {"credentials": {settings.credential: {name: name for name in names}}} if names else {}
+
+
+def output_credentials(settings: OsmoSettings) -> tuple[str | None, dict[str, Any]]:
+    """`osmo.output_url` without the credentials it may carry (s3://KEY:SECRET@bucket/...), and the collect
+    task's `credentials` that hand the bucket keys over instead (from `osmo.credential`)."""
+    url = settings.output_url
+    if not url or mask_url(url) == url:
+        return url, {}
+    bare = URL_USERINFO.sub(lambda m: m.group("scheme"), url)
+    return bare, {"credentials": {settings.credential: {"AWS_ACCESS_KEY_ID": "AWS_ACCESS_KEY_ID",
+                                                        "AWS_SECRET_ACCESS_KEY": "AWS_SECRET_ACCESS_KEY"}}}
+
+
 def collect_group(runners: list[str], settings: OsmoSettings, experiment_yaml: str) -> dict[str, Any]:
     q = shlex.quote
-    output = settings.output_url or "{{output}}/collected"
+    url, credentials = output_credentials(settings)
+    output = url or "{{output}}/collected"
     sources = " ".join(f"{{{{input:{i}}}}}" for i in range(len(runners)))
     script = "\n".join([
         "#!/bin/bash",
@@ -365,6 +404,7 @@ def collect_group(runners: list[str], settings: OsmoSettings, experiment_yaml: s
                   {"path": f"{TASK_DIR}/experiment/experiment.yaml", "contents": experiment_yaml}],
         "inputs": [{"task": r} for r in runners],
         "resource": "collect",
+        **credentials,
     }]}
 
 

@@ -24,6 +24,7 @@ from evalfleet.experiment.validation import require_executable
 from evalfleet.outputs.finalize import finalize
 from evalfleet.outputs.result import ExperimentResult
 from evalfleet.rollout.runner import is_decided, latest_records
+from evalfleet.secrets import exported
 
 
 def stderr_log(line: str) -> None:
@@ -83,19 +84,27 @@ def execute(loaded: LoadedExperiment, out: Path, backend: Backend, *, shard_size
             log: Callable[[str], None] = stderr_log) -> tuple[Plan, list[WorkerResult]]:
     """Plan for the backend's capacity, start the servers the plan needs, run every pending shard."""
     try:
-        capacity = backend.open()
-        plan = make_plan(loaded, shard_size=shard_size, workers=capacity)
-        log(f"{loaded.experiment.name}: {len(plan.runs)} Runs, {plan.total_episodes} episodes, "
-            f"{len(plan.shards)} shards on {backend.name} ({min(capacity, len(plan.shards))} workers) → {out}")
-        job = ExecutionJob(loaded, plan, out, watchdog or WatchdogConfig.local(), show_progress=progress, log=log)
-        with backend.serve(job) as experiment_file:
-            return plan, backend.execute(job, experiment_file)
+        with exported(loaded.secrets):  # runners and servers inherit them; no file holds them
+            return _execute(loaded, out, backend, shard_size=shard_size, watchdog=watchdog, progress=progress,
+                            log=log)
     except KeyboardInterrupt:
         log(f"interrupted: every worker stopped; finished episodes are kept. Continue with: "
             f"evalfleet run --resume{backend.resume_hint} --output {out}")
         raise
     finally:
         backend.close()
+
+
+def _execute(loaded: LoadedExperiment, out: Path, backend: Backend, *, shard_size: int | None,
+             watchdog: WatchdogConfig | None, progress: bool,
+             log: Callable[[str], None]) -> tuple[Plan, list[WorkerResult]]:
+    capacity = backend.open()
+    plan = make_plan(loaded, shard_size=shard_size, workers=capacity)
+    log(f"{loaded.experiment.name}: {len(plan.runs)} Runs, {plan.total_episodes} episodes, "
+        f"{len(plan.shards)} shards on {backend.name} ({min(capacity, len(plan.shards))} workers) → {out}")
+    job = ExecutionJob(loaded, plan, out, watchdog or WatchdogConfig.local(), show_progress=progress, log=log)
+    with backend.serve(job) as experiment_file:
+        return plan, backend.execute(job, experiment_file)
 
 
 def finish_runs(plan: Plan, out: Path, results: list[WorkerResult]) -> None:

@@ -41,6 +41,7 @@ from evalfleet.execution.invocation import runner_command
 from evalfleet.execution.output_dir import INTERNAL_DIR, mark_runs_running
 from evalfleet.execution.watchdog import WatchdogConfig, WatchdogResult
 from evalfleet.experiment.plan import Plan, Shard
+from evalfleet.secrets import ENV_PREFIX
 
 SHARD_TASK_RETRIES = 3  # Ray relaunches a shard task whose worker process or node died
 PUSH_INTERVAL_S = 0.5  # how often a shard task sends its new record lines to the driver
@@ -95,6 +96,9 @@ class RayBackend(BackendBase):
         ray = _import_ray()
         if not ray.is_initialized():
             kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": "WARNING"}
+            secrets = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIX)}  # exported by the pipeline
+            if secrets:  # a cluster's workers get them through Ray's runtime env, never through a file
+                kwargs["runtime_env"] = {"env_vars": secrets}
             if self.address:
                 try:
                     ray.init(address=self.address, **kwargs)
@@ -549,7 +553,10 @@ def submit_ray_job(exp_path: str | Path, overrides: list[str], address: str, *, 
             client = JobSubmissionClient(address)
         except Exception as exc:  # noqa: BLE001 - connection problems are the user's to fix
             raise UserError(f"cannot reach the Ray Jobs API at {address}: {exc}", where="--ray-address") from exc
-        return client.submit_job(entrypoint=command, runtime_env={"working_dir": str(staging)},
+        runtime_env: dict[str, Any] = {"working_dir": str(staging)}
+        if loaded.secrets:  # the job's runners and servers read them from the environment (evalfleet.secrets)
+            runtime_env["env_vars"] = dict(loaded.secrets)
+        return client.submit_job(entrypoint=command, runtime_env=runtime_env,
                                  metadata={"evalfleet_experiment": loaded.experiment.name})
     finally:
         shutil.rmtree(staging, ignore_errors=True)

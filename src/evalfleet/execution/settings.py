@@ -45,6 +45,8 @@ class OsmoSettings(BaseModel):
     memory: str = Field(default="128Gi", description="memory per runner and per server task")
     storage: str = Field(default="200Gi", description="disk per task")
     output_url: str | None = Field(default=None, description="where collect uploads (keep {{workflow_id}})")
+    credential: str = Field(default="evalfleet-secrets", description="OSMO generic credential holding the "
+                            "secrets tasks read (each api_key_env variable; AWS keys for output_url)")
     priority: Literal["HIGH", "NORMAL", "LOW"] = "NORMAL"
     exec_timeout: str | None = Field(default=None, description="e.g. 12h; null: the pool's default")
     queue_timeout: str | None = Field(default=None, description="e.g. 2d; null: the pool's default")
@@ -135,9 +137,10 @@ def backend_settings(root: str, settings: dict[str, Any] | None) -> BaseModel:
 def backend_setting_leaves(settings: dict[str, Any] | None) -> list[str]:
     """`root.key=value` for every setting of every registered backend, with its effective value."""
     from evalfleet.experiment.overrides import format_value
+    from evalfleet.secrets import mask_value
 
     lines: list[str] = []
     for root in BACKEND_SETTINGS:
         values = backend_settings(root, settings).model_dump(mode="json")
-        lines.extend(f"{root}.{key}={format_value(value)}" for key, value in values.items())
+        lines.extend(f"{root}.{key}={format_value(mask_value(key, value))}" for key, value in values.items())
     return lines

@@ -6,6 +6,7 @@ from typing import Any
 
 from evalfleet.experiment.overrides import format_value
 from evalfleet.experiment.schema import Experiment
+from evalfleet.secrets import mask_value
 
 
 def _leaves(prefix: str, value: Any) -> list[tuple[str, Any]]:
@@ -33,4 +34,5 @@ def overridable_leaves(experiment: Experiment, document: dict[str, Any]) -> list
 
 
 def format_leaves(leaves: list[tuple[str, Any]]) -> list[str]:
-    return [f"{key}={format_value(value)}" for key, value in leaves]
+    """`key=value` lines; secrets (an api_key, a token, credentials in a URL) show as *** (evalfleet.secrets)."""
+    return [f"{key}={format_value(mask_value(key, value))}" for key, value in leaves]

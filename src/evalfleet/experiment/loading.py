@@ -34,14 +34,22 @@ class LoadedExperiment:
     overrides: list[str] = field(default_factory=list)
 
     def resolved_document(self) -> dict[str, Any]:
-        """The Experiment as run: every Run with `shared` merged in and defaults filled."""
+        """The Experiment as run: every Run with `shared` merged in and defaults filled, secrets replaced by
+        the environment variables they travel in (evalfleet.secrets): every file is made from this."""
+        return self._resolved()[0]
+
+    @property
+    def secrets(self) -> dict[str, str]:
+        """Environment variable → secret, for the runners and servers this Experiment starts."""
+        return self._resolved()[1]
+
+    def _resolved(self) -> tuple[dict[str, Any], dict[str, str]]:
+        from evalfleet.secrets import extract
+
         exp = self.experiment
-        return {
-            "name": exp.name,
-            "seed": exp.seed,
-            "server_sharing": exp.server_sharing,
-            "runs": {name: run.model_dump(mode="json", exclude_none=True) for name, run in exp.runs.items()},
-        }
+        runs, found = extract({name: run.model_dump(mode="json", exclude_none=True) for name, run in exp.runs.items()},
+                              "runs")
+        return {"name": exp.name, "seed": exp.seed, "server_sharing": exp.server_sharing, "runs": runs}, found
 
     def resolved_yaml(self) -> str:
         return yaml.safe_dump(self.resolved_document(), sort_keys=False)

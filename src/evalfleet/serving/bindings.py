@@ -111,7 +111,13 @@ class ServerBinding:
         return wired
 
     def api_key(self, options: dict[str, Any]) -> str | None:
-        return options.get(self.api_key_field) if self.api_key_field else None
+        """The key a health check sends: given, or read from the variable `<field>_env` names."""
+        if not self.api_key_field:
+            return None
+        from evalfleet.secrets import resolve
+
+        return resolve(options.get(self.api_key_field), options.get(f"{self.api_key_field}_env"),
+                       key=f"policy.{self.api_key_field}")
 
     def _identity(self, options: dict[str, Any], context: Any) -> dict[str, Any]:
         ident: dict[str, Any] = {"policy_type": self.policy_type, "server": self.server_options(options)}
@@ -201,6 +207,8 @@ def _evalfleet_serve(protocol: str) -> Callable[[dict[str, Any], str, int, Any],
         env = {}
         if options.get("api_key"):
             env["EVALFLEET_SERVE_API_KEY"] = str(options["api_key"])  # not on the command line (ps)
+        elif options.get("api_key_env"):  # the server reads the key where it runs; no value in any command
+            argv += ["--api-key-env", str(options["api_key_env"])]
         return ServerCommand(argv=argv, env=env)
 
     return build
@@ -211,6 +219,7 @@ def _evalfleet_server_options(options: dict[str, Any]) -> dict[str, Any]:
         "serve": options.get("serve"),
         "batching": options.get("batching") or {},
         "api_key": options.get("api_key"),
+        "api_key_env": options.get("api_key_env"),
         "max_message_mb": options.get("max_message_mb"),
     }
 

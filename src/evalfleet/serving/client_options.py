@@ -27,7 +27,8 @@ class BatchingOptions(BaseModel):
 class RemoteClientOptions(BaseModel):
     """Options shared by `openpi_remote` and `gr00t_remote`.
 
-    Client side: `host`, `port` (the backend fills them in when it starts the server), `api_key`,
+    Client side: `host`, `port` (the backend fills them in when it starts the server), `api_key` (or
+    `api_key_env`: the environment variable holding it; evalfleet.secrets moves a literal key there),
     `connect_timeout_s` (how long to wait for the server to become ready, and to come back after it is
     lost), `request_timeout_s` (one request), `max_retries` (re-sends of one request after a lost
     connection), `backoff_s`/`backoff_max_s` (reconnect pacing).
@@ -40,6 +41,7 @@ class RemoteClientOptions(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     api_key: str | None = None
+    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     connect_timeout_s: float = Field(60.0, gt=0)
     request_timeout_s: float = Field(30.0, gt=0)
     max_retries: int = Field(3, ge=0)
@@ -50,3 +52,12 @@ class RemoteClientOptions(BaseModel):
     serve: dict[str, Any] | None = None
     batching: BatchingOptions = Field(default_factory=BatchingOptions)
     server_resources: ServerResourceOptions = Field(default_factory=ServerResourceOptions)
+
+
+def with_api_key(options: RemoteClientOptions) -> RemoteClientOptions:
+    """The options with `api_key` read from `api_key_env` when only the variable is named (at connect time:
+    the variable exists where the client runs, not necessarily where the Experiment was loaded)."""
+    from evalfleet.secrets import resolve
+
+    key = resolve(options.api_key, options.api_key_env, key="policy.api_key")
+    return options if key == options.api_key else options.model_copy(update={"api_key": key})

@@ -30,6 +30,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=int, default=0, help="port (default 0: a free one, printed)")
     p.add_argument("--api-key", default=None, help=f"require this key (or set ${API_KEY_ENV})")
+    p.add_argument("--api-key-env", default=None, metavar="NAME",
+                   help="require the key held by environment variable NAME (keeps it off the command line)")
     p.add_argument("--max-batch", type=int, default=1, help="largest act_batch (default 1: no batching)")
     p.add_argument("--max-wait-ms", type=float, default=0.0, help="longest a request waits for a batch to fill")
     p.add_argument("--max-message-mb", type=float, default=64.0, help="largest accepted message (default 64)")
@@ -113,7 +115,9 @@ def serve_command(args: argparse.Namespace) -> int:
         action_dim=args.action_dim, seed=args.seed,
     )
     policy = build_policy(args.policy, options, context)
-    api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
+    from evalfleet.secrets import resolve
+
+    api_key = resolve(args.api_key or os.environ.get(API_KEY_ENV), args.api_key_env, key="--api-key")
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     server = server_for(

@@ -39,7 +39,7 @@ from pydantic import Field
 from evalfleet.errors import InfrastructureError
 from evalfleet.policies.base import POLICIES, BasePolicy
 from evalfleet.serving.batching import PolicyWorker
-from evalfleet.serving.client_options import RemoteClientOptions
+from evalfleet.serving.client_options import RemoteClientOptions, with_api_key
 from evalfleet.serving.common import (
     DEFAULT_MAX_MESSAGE_MB,
     AuthenticationError,
@@ -238,6 +238,7 @@ class Gr00tRemotePolicy(BasePolicy):
     def __init__(self, options: Gr00tRemoteOptions):
         import zmq
 
+        options = with_api_key(options)
         self.options = options
         self.address = f"tcp://{options.host}:{options.port}"
         self._zmq = zmq

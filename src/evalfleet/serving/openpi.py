@@ -40,7 +40,7 @@ from evalfleet.errors import InfrastructureError
 from evalfleet.policies.base import POLICIES, BasePolicy
 from evalfleet.serving import msgpack_numpy
 from evalfleet.serving.batching import PolicyWorker
-from evalfleet.serving.client_options import RemoteClientOptions
+from evalfleet.serving.client_options import RemoteClientOptions, with_api_key
 from evalfleet.serving.common import (
     DEFAULT_MAX_MESSAGE_MB,
     AuthenticationError,
@@ -221,6 +221,7 @@ class OpenpiRemotePolicy(BasePolicy):
     envs are in flight together and the server can batch them."""
 
     def __init__(self, options: OpenpiRemoteOptions):
+        options = with_api_key(options)
         self.options = options
         scheme = "" if options.host.startswith(("ws://", "wss://")) else "ws://"
         self.uri = f"{scheme}{options.host}:{options.port}"

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evalfleet.policies.base import PolicyContext
+from evalfleet.secrets import looks_secret
 from evalfleet.serving.bindings import ServerBinding, ServerUse, binding_for
 
 DEFAULT_ACTION_DIM = 4
@@ -31,7 +32,7 @@ class ServerPlan:
             "runs": self.runs,
             "resources": {"gpus": res.gpus, "cpus": res.cpus, "memory_gb": res.memory_gb},
             "command": self.binding.command(self.options, "127.0.0.1", self.binding.default_port, self.context)
-            .shell(hide=tuple(self.binding.command(self.options).env)),
+            .shell(hide=tuple(k for k in self.binding.command(self.options).env if looks_secret(k))),
         }
 
 

@@ -1,0 +1,106 @@
+"""Secrets (API keys, bucket credentials) never appear in a file or a printed line evalfleet writes.
+
+A policy's `api_key: VALUE` written in an Experiment file is taken out of the resolved Experiment when it is
+loaded: the document every file is made from says `api_key_env: EVALFLEET_SECRET_<hash>` instead, and the
+value travels only in that environment variable — exported for the runners and servers evalfleet starts
+(`exported`), in a Ray job's runtime env, or through an OSMO credential the user registers. A user may name
+the variable directly (`api_key_env: MY_KEY`); then evalfleet never sees the value at all. Anything else that
+looks secret (a key named like a token or password, credentials inside a URL) is masked in listings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+from typing import Any, Iterator
+
+MASK = "***"
+EXTRACTED_KEYS = ("api_key",)  # clients of these read `<key>_env` (serving.client_options)
+SECRET_NAME = re.compile(r"(^|_)(api_?key|token|password|passwd|secret|credentials?)($|_)", re.IGNORECASE)
+URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@\s]+)@")
+ENV_PREFIX = "EVALFLEET_SECRET_"
+
+
+def looks_secret(key: str) -> bool:
+    """A key whose value is a secret: `api_key`, `remote_api_token`, `password`, ... (`*_env` names are not)."""
+    return not key.endswith("_env") and bool(SECRET_NAME.search(key))
+
+
+def env_name(path: str) -> str:
+    """The variable a secret at `path` (e.g. runs.push.policy.api_key) travels in: the same on every load."""
+    return ENV_PREFIX + hashlib.sha256(path.encode()).hexdigest()[:12].upper()
+
+
+def extract(node: Any, path: str = "") -> tuple[Any, dict[str, str]]:
+    """`node` with every literal `api_key` replaced by `api_key_env: <variable>`, and variable → value."""
+    found: dict[str, str] = {}
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            where = f"{path}.{key}" if path else str(key)
+            if key in EXTRACTED_KEYS and isinstance(value, str) and value:
+                name = env_name(where)
+                found[name] = value
+                out[f"{key}_env"] = name
+            else:
+                out[key], inner = extract(value, where)
+                found.update(inner)
+        return out, found
+    if isinstance(node, list):
+        items = [extract(v, f"{path}[{i}]") for i, v in enumerate(node)]
+        for _, inner in items:
+            found.update(inner)
+        return [v for v, _ in items], found
+    return node, found
+
+
+def mask_url(text: str) -> str:
+    """scheme://user:secret@host/... → scheme://***@host/..."""
+    return URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+
+
+def mask_value(key: str, value: Any) -> Any:
+    """What a listing shows for `key=value`."""
+    if looks_secret(key.rsplit(".", 1)[-1]) and value not in (None, ""):
+        return MASK
+    if isinstance(value, str):
+        return mask_url(value)
+    return value
+
+
+def mask_text(text: str, values: Any) -> str:
+    """`text` with every given secret value replaced by ***."""
+    for value in sorted((v for v in values if isinstance(v, str) and v), key=len, reverse=True):
+        text = text.replace(value, MASK)
+    return text
+
+
+@contextlib.contextmanager
+def exported(secrets: dict[str, str]) -> Iterator[None]:
+    """The secrets in this process's environment while evalfleet's runners and servers start (they inherit
+    it), restored afterwards."""
+    before = {name: os.environ.get(name) for name in secrets}
+    os.environ.update(secrets)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def resolve(value: str | None, env: str | None, *, key: str) -> str | None:
+    """The secret itself: given directly, or read from the variable `env` names (an error names both)."""
+    if value or not env:
+        return value or None
+    if env not in os.environ:
+        from evalfleet.errors import UserError
+
+        hint = (" (evalfleet put this Experiment's key there: resume with the original Experiment file, which "
+                "holds it)") if env.startswith(ENV_PREFIX) else ""
+        raise UserError(f"environment variable {env} is not set{hint}", where="environment", key=f"{key}_env")
+    return os.environ[env]

@@ -1,0 +1,108 @@
+"""Secrets never appear in a file or a printed line: a run with a served, authenticated policy, `overrides`,
+`plan`, and OSMO and Ray dry-runs with an API key and bucket credentials (a test that greps for the values)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from evalfleet.secrets import env_name, extract, looks_secret, mask_url
+from evalfleet_testkit import ROOT
+from test_osmo_rules import validate_workflow
+
+API_KEY = "sk-evalfleet-TOPSECRET-4242"
+BUCKET_KEY, BUCKET_SECRET = "AKIAEVALFLEETKEYID", "bucket-SECRET-9f8e7d"
+SECRETS = (API_KEY, BUCKET_KEY, BUCKET_SECRET)
+
+EXPERIMENT = {
+    "name": "secret_test",
+    "seed": 0,
+    "runs": {
+        "push_served": {
+            "environment": {"type": "metaworld", "task": "push-v3"},
+            "policy": {"type": "openpi_remote", "api_key": API_KEY, "serve": {"type": "metaworld_expert"},
+                       "server_resources": {"gpus": 0}},
+            "rollout_limit": {"num_episodes": 2},
+        },
+    },
+}
+
+
+def evalfleet(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.run([sys.executable, "-m", "evalfleet.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def leaks(*texts: str, folder: Path | None = None) -> list[str]:
+    found = [f"output line: {line}" for text in texts for line in text.splitlines() if any(s in line for s in SECRETS)]
+    for path in (folder.rglob("*") if folder else ()):
+        if path.is_file() and any(s.encode() in path.read_bytes() for s in SECRETS):
+            found.append(str(path))
+    return found
+
+
+def test_a_run_with_an_api_key_writes_and_prints_no_secret(tmp_path):
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(yaml.safe_dump(EXPERIMENT))
+    out = tmp_path / "out"
+    proc = evalfleet("run", str(exp), "--output", str(out), "--workers", "1", "--no-progress", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # the key reached the client and the server (the Run succeeded through an authenticated server) ...
+    status = yaml.safe_load((out / "experiment_result.json").read_text())["runs"]["push_served"]
+    assert status["status"] == "completed" and status["counts"]["success"] == 2
+    # ... but no file and no line holds it: the written Experiment names the variable it travelled in
+    assert not leaks(proc.stdout, proc.stderr, folder=out), leaks(proc.stdout, proc.stderr, folder=out)
+    written = yaml.safe_load((out / "experiment.yaml").read_text())
+    assert written["runs"]["push_served"]["policy"]["api_key_env"] == env_name("runs.push_served.policy.api_key")
+    assert "api_key" not in written["runs"]["push_served"]["policy"]
+    # resuming with the original file finds the same Experiment (nothing to run, nothing leaked)
+    again = evalfleet("run", str(exp), "--output", str(out), "--resume", "--workers", "1", "--no-progress",
+                      cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert not leaks(again.stdout, again.stderr, folder=out)
+
+
+def test_listings_and_dry_runs_hold_no_secret(tmp_path):
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(yaml.safe_dump(EXPERIMENT))
+    url = f"osmo.output_url=s3://{BUCKET_KEY}:{BUCKET_SECRET}@bucket/evals/{{{{workflow_id}}}}"
+    outputs = []
+    for args in (["overrides", str(exp), url], ["plan", str(exp)], ["plan", str(exp), "--json"],
+                 ["submit", str(exp), "--backend", "osmo", "--dry-run", url, "--output-dir", str(tmp_path / "wf")],
+                 ["submit", str(exp), "--backend", "ray", "--dry-run", "--ray-address", "http://127.0.0.1:8265"]):
+        proc = evalfleet(*args, cwd=tmp_path)
+        assert proc.returncode == 0, (args, proc.stderr[-2000:])
+        outputs += [proc.stdout, proc.stderr]
+    assert not leaks(*outputs, folder=tmp_path / "wf")
+    overrides = outputs[0]
+    assert "runs.push_served.policy.api_key='***'" in overrides
+    assert "s3://***@bucket/evals/{{workflow_id}}" in overrides
+
+    # The workflow hands the secrets over through OSMO's credential mechanism, and stays valid.
+    (spec_file,) = (tmp_path / "wf").glob("*.yaml")
+    spec = yaml.safe_load(spec_file.read_text())
+    validate_workflow(spec)
+    tasks = {t["name"]: t for g in spec["workflow"]["groups"] for t in g["tasks"]}
+    name = env_name("runs.push_served.policy.api_key")
+    server = next(t for n, t in tasks.items() if n.startswith("server-"))
+    runner = next(t for n, t in tasks.items() if n.startswith("runner-"))
+    for task in (server, runner):
+        assert task["credentials"] == {"evalfleet-secrets": {name: name}}
+    assert f"--api-key-env {name}" in server["files"][0]["contents"]
+    assert tasks["collect"]["credentials"] == {"evalfleet-secrets": {"AWS_ACCESS_KEY_ID": "AWS_ACCESS_KEY_ID",
+                                                                     "AWS_SECRET_ACCESS_KEY": "AWS_SECRET_ACCESS_KEY"}}
+    assert "s3://bucket/evals/{{workflow_id}}" in tasks["collect"]["files"][0]["contents"]
+
+
+def test_non_secret_settings_are_not_masked():
+    assert not looks_secret("XLA_PYTHON_CLIENT_MEM_FRACTION") and not looks_secret("api_key_env")
+    assert looks_secret("api_key") and looks_secret("remote_api_token") and looks_secret("EVALFLEET_SERVE_API_KEY")
+    assert mask_url("s3://bucket/prefix") == "s3://bucket/prefix"
+    assert mask_url("https://user:pw@host/x") == "https://***@host/x"
+    doc, found = extract({"runs": {"r": {"policy": {"api_key": "k", "api_key_env": None, "port": 1}}}})
+    assert found == {env_name("runs.r.policy.api_key"): "k"} and doc["runs"]["r"]["policy"]["port"] == 1
