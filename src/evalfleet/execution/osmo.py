@@ -515,7 +515,7 @@ class OsmoBackend(BackendBase):
         with the `osmo` CLI and print the workflow IDs. 1 when a submission failed (what went before is named)."""
         settings = backend_settings("osmo", loaded.backend_settings)
         workflows = render_workflows(loaded, settings)
-        if dry_run:
+        if dry_run or settings.dry_run:  # osmo.dry_run=true is Arena's spelling of --dry-run
             if output_dir:
                 for path in write_workflows(workflows, Path(output_dir)):
                     print(f"# wrote {path}", file=sys.stderr)
