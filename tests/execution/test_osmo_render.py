@@ -220,7 +220,7 @@ def test_overrides_command_lists_osmo_settings_and_they_round_trip():
     first = subprocess.run([*run, "osmo.pool=dev", f"osmo.output_url={URL}"], capture_output=True, text=True)
     assert first.returncode == 0, first.stderr
     osmo_lines = [line for line in first.stdout.splitlines() if line.startswith("osmo.")]
-    assert "osmo.pool=dev" in osmo_lines and len(osmo_lines) == 14  # with osmo.credential
+    assert "osmo.pool=dev" in osmo_lines and len(osmo_lines) == 16  # incl. credential, max_parallel_runs, dry_run
     again = subprocess.run([*run, *osmo_lines], capture_output=True, text=True)
     assert again.stdout == first.stdout
     bad = subprocess.run([*run, "osmo.gpu=2"], capture_output=True, text=True)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from evalfleet.analysis.grouping import UNTAGGED, assign_arms, filter_runs, ordered_policies, ordered_tasks
 from evalfleet.analysis.loading import RecordSet
+from evalfleet.analysis.loading import progress_score
 from evalfleet.analysis.plots import cells_json, grouped_bar_plot, progress_cells, success_cells, write_json
 from evalfleet.errors import UserError
 
@@ -64,7 +65,8 @@ def write_success_plots(record_set: RecordSet, output: Path, *, policies: list[s
                       "excluded_errors": record_set.n_errors, "set_aside": record_set.set_aside.total,
                       "image": str(output), **cells_json(cells, tasks, shown)})
     plots = SuccessPlots(output, data, size, tasks, shown)
-    progress = progress_cells(labelled)
+    # Arena's progress is a map ({overall_score, all_complete, criteria_by_name, events}): plot its score.
+    progress = progress_cells([(arm, {**rec, "progress": progress_score(rec.get("progress"))}) for arm, rec in labelled])
     if progress:
         stem = output.stem.replace("success_rates", "average_progress")
         plots.progress_image = output.with_name((stem if stem != output.stem else stem + "_progress") + output.suffix)

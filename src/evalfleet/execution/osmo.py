@@ -408,6 +408,16 @@ def collect_group(runners: list[str], settings: OsmoSettings, experiment_yaml: s
     }]}
 
 
+def limit_parallel_runs(groups: list[dict[str, Any]], runners: list[str], k: int | None) -> None:
+    """At most `k` Runs at once: Run i's runner takes Run i-k's runner as an input, so OSMO starts group i only
+    when that runner has finished (an input must come from an earlier group, which it does)."""
+    if not k:
+        return
+    for i in range(k, len(groups)):
+        runner = groups[i]["tasks"][0]
+        runner.setdefault("inputs", []).append({"task": runners[i - k]})
+
+
 def split(places: list[RunPlacement], max_tasks: int) -> list[list[RunPlacement]]:
     """Pack Run groups in order into workflows of at most `max_tasks` tasks, one collect task each."""
     parts: list[list[RunPlacement]] = [[]]
@@ -454,6 +464,7 @@ def render_workflows(loaded: Any, settings: OsmoSettings | None = None) -> list[
         part_doc["runs"] = {p.run: part_doc["runs"][p.run] for p in part}
         full_yaml = yaml.safe_dump(part_doc, sort_keys=False, width=10**9, allow_unicode=True)
         groups = [render_group(loaded, p, settings) for p in part]
+        limit_parallel_runs(groups, [p.runner for p in part], settings.max_parallel_runs)
         groups.append(collect_group([p.runner for p in part], settings, full_yaml))
         workflow: dict[str, Any] = {"name": name, "resources": resources}
         if timeout:
@@ -555,7 +566,7 @@ class OsmoBackend(BackendBase):
         with the `osmo` CLI and print the workflow IDs. 1 when a submission failed (what went before is named)."""
         settings = backend_settings("osmo", loaded.backend_settings)
         workflows = render_workflows(loaded, settings)
-        if dry_run:
+        if dry_run or settings.dry_run:  # osmo.dry_run=true is Arena's spelling of --dry-run
             if output_dir:
                 for path in write_workflows(workflows, Path(output_dir)):
                     print(f"# wrote {path}", file=sys.stderr)

@@ -52,6 +52,9 @@ class OsmoSettings(BaseModel):
     queue_timeout: str | None = Field(default=None, description="e.g. 2d; null: the pool's default")
     image: str = Field(default="evalfleet:latest", description="container image with evalfleet installed")
     max_tasks: int = Field(default=20, ge=3, description="most tasks in one workflow; more are split")
+    max_parallel_runs: int | None = Field(default=None, gt=0, description="at most K Runs at once: Run i "
+                                          "starts after Run i-K's runner; null: all at once")
+    dry_run: bool = Field(default=False, description="print the workflow instead of submitting (= --dry-run)")
 
     @field_validator("priority", mode="before")
     @classmethod
@@ -103,8 +106,34 @@ def quantity_gib(text: str) -> float:
     return float(m.group(1)) * scale
 
 
+# Arena's runner image (osmo/tasks/experiment_runner_task.py DEFAULT_EXPERIMENT_RUNNER_IMAGE).
+ARENA_RUNNER_IMAGE = "nvcr.io/nvstaging/isaac-amr/isaaclab_arena:alex_yaml_env_graph_osmo_testing"
+
+
+class ExperimentRunnerSettings(BaseModel):
+    """`experiment_runner.*`: the task that runs Arena's own `experiment_runner.py` for a Run whose
+    environment is an Arena type (the names of Arena's submission overrides)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    image: str = Field(default=ARENA_RUNNER_IMAGE, description="container image with Isaac Sim and Arena")
+    record_camera_video: bool = Field(default=False, description="pass --record_camera_video to Arena's runner")
+    record_viewport_video: bool = Field(default=False, description="pass --record_viewport_video")
+    startup_grace_s: float = Field(default=1800.0, gt=0, description="silence allowed before the first output"
+                                   " (Isaac Sim's cold start)")
+    stall_s: float = Field(default=900.0, gt=0, description="silence allowed after output began, then restart")
+    max_restarts: int = Field(default=2, ge=0, description="restarts of a crashed or stalled runner")
+
+    @field_validator("image")
+    @classmethod
+    def non_empty(cls, v: str) -> str:
+        if not str(v).strip():
+            raise ValueError("must not be empty (leave it out for the default)")
+        return v
+
+
 # Backend root → settings model. The Ray backend adds "ray" here.
-BACKEND_SETTINGS: dict[str, type[BaseModel]] = {"osmo": OsmoSettings}
+BACKEND_SETTINGS: dict[str, type[BaseModel]] = {"osmo": OsmoSettings, "experiment_runner": ExperimentRunnerSettings}
 
 
 def backend_settings(root: str, settings: dict[str, Any] | None) -> BaseModel:

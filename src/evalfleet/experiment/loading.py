@@ -103,6 +103,8 @@ def load_experiment(path: str | Path, overrides: Iterable[str] = ()) -> LoadedEx
 
 
 def _normalise(doc: dict[str, Any], where: str) -> dict[str, Any]:
+    if isinstance(doc.get("runs"), list):
+        doc["runs"] = _runs_from_list(doc["runs"], where)
     if "runs" not in doc:
         keys = ", ".join(sorted(map(str, doc))) or "none"
         raise UserError(f"missing the top-level `runs:` map (found keys: {keys})", where=where, key="runs")
@@ -122,10 +124,79 @@ def _normalise(doc: dict[str, Any], where: str) -> dict[str, Any]:
             )
         if not isinstance(run, dict):
             raise UserError("a Run must be a map (environment, policy, rollout_limit, ...)", where=where, key=f"runs.{name}")
+        doc["runs"][name] = run = expand_dotted_keys(run, where, f"runs.{name}")
         _flatten_variations(run, where, f"runs.{name}")
     if isinstance(doc.get("shared"), dict):
+        doc["shared"] = expand_dotted_keys(doc["shared"], where, "shared")
         _flatten_variations(doc["shared"], where, "shared")
     return doc
+
+
+def _runs_from_list(runs: list[Any], where: str) -> dict[str, Any]:
+    """Arena's older form: `runs:` as a list of Runs, each naming itself with `name:`."""
+    out: dict[str, Any] = {}
+    for i, run in enumerate(runs):
+        if not isinstance(run, dict) or not isinstance(run.get("name"), str):
+            raise UserError("a Run in a `runs:` list needs a `name:` (or write `runs:` as a map of name → Run)",
+                            where=where, key=f"runs[{i}]")
+        name = run["name"]
+        if name in out:
+            raise UserError(f"two Runs are named {name!r}", where=where, key=f"runs[{i}].name")
+        out[name] = {k: v for k, v in run.items() if k != "name"}
+    return out
+
+
+def _display(parts: list[tuple[str, ...]]) -> str:
+    """How a key was written: nested segments joined by '.', a flat dotted key in brackets."""
+    out = parts[0][0]
+    for spelled in parts[1:]:
+        seg = str(spelled[0]) if len(spelled) == 1 else f'["{".".join(spelled)}"]'
+        out = seg if not out else (out + seg if seg.startswith("[") else f"{out}.{seg}")
+    return out
+
+
+def expand_dotted_keys(doc: dict[str, Any], where: str, prefix: str) -> dict[str, Any]:
+    """Arena writes flat dotted keys wherever a map is expected (`light.hdr_image.enabled: true`): they mean
+    the nested form. Both spellings may be mixed and merge; setting one leaf two ways with different values
+    is an error naming both keys. Lists are values: nothing inside them is expanded."""
+    leaves: list[tuple[tuple[str, ...], Any, list[tuple[str, ...]]]] = []
+
+    def walk(node: dict[Any, Any], path: tuple[str, ...], spelled: list[tuple[str, ...]]) -> None:
+        for key, value in node.items():
+            # Run names are names, not paths (a dotted one is refused as a bad name).
+            dotted = isinstance(key, str) and "." in key and all(key.split("."))
+            parts = tuple(key.split(".")) if dotted else (key,)
+            here = path + parts
+            how = spelled + [parts]
+            if isinstance(value, dict) and value:
+                walk(value, here, how)
+            else:
+                leaves.append((here, value, how))
+
+    walk(doc, (), [(prefix,)])
+    out: dict[Any, Any] = {}
+    origin: dict[tuple[Any, ...], list[tuple[str, ...]]] = {}  # leaf path → how it was written
+    for path, value, how in leaves:
+        node = out
+        for depth, part in enumerate(path[:-1]):
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):  # a value set earlier where this key needs a map
+                raise _conflict(origin[path[: depth + 1]], how, where)
+        last, empty = path[-1], isinstance(value, dict) and not value
+        if last not in node:
+            node[last] = copy.deepcopy(value)
+            origin[path] = how
+        elif isinstance(node[last], dict):
+            if not empty:  # a value where other keys put a map
+                raise _conflict(next(h for p, h in origin.items() if p[: len(path)] == path), how, where)
+        elif node[last] != value:
+            raise _conflict(origin[path], how, where)
+    return out
+
+
+def _conflict(first: list[tuple[str, ...]], second: list[tuple[str, ...]], where: str) -> UserError:
+    a, b = _display(first), _display(second)
+    return UserError(f"{a} and {b} set the same key differently; keep one of them", where=where, key=b)
 
 
 def _flatten_variations(section: dict[str, Any], where: str, key: str) -> None:
@@ -137,7 +208,7 @@ def _flatten_variations(section: dict[str, Any], where: str, key: str) -> None:
         raise UserError("`variations` must be a map of asset.variation → {enabled, sampler}", where=where, key=f"{key}.variations")
     flat: dict[str, Any] = {}
     for name, value in variations.items():
-        if isinstance(value, dict) and value and not (set(value) & SPEC_KEYS) and all(isinstance(v, dict) for v in value.values()):
+        if isinstance(value, dict) and value and not (set(value) & SPEC_KEYS) and all(isinstance(v, dict) or v is None for v in value.values()):
             for sub, spec in value.items():
                 flat[f"{name}.{sub}"] = spec
         else:

@@ -81,9 +81,16 @@ class EnvironmentBuilder(BaseModel):
     seed: Int | None = Field(default=None, ge=0, le=MAX_SEED)
 
 
-class SamplerCfg(Strict):
-    low: SamplerValue
-    high: SamplerValue
+class SamplerCfg(BaseModel):
+    """Arena's `sampler_cfg`: `low`/`high` for a uniform draw, or the sampler's own keys (e.g. a
+    `probability`) that only the Arena environment that defines the variation reads."""
+
+    model_config = ConfigDict(extra="allow")
+    low: SamplerValue | None = None
+    high: SamplerValue | None = None
+
+    def is_uniform(self) -> bool:
+        return self.low is not None or self.high is not None
 
 
 Distribution = Literal["uniform", "normal", "choice"]
@@ -108,6 +115,8 @@ class VariationSpec(BaseModel):
     def check_sampler(self) -> "VariationSpec":
         if self.sampler_cfg is not None and (self.distribution is not None or self.low is not None):
             raise ValueError("give either sampler_cfg or distribution/low/high, not both")
+        if self.sampler_cfg is not None and not self.sampler_cfg.is_uniform():
+            return self  # the Arena environment's own sampler (e.g. `probability`): drawn by Arena
         low, high = (self.sampler_cfg.low, self.sampler_cfg.high) if self.sampler_cfg else (self.low, self.high)
         dist = self.distribution or ("uniform" if low is not None or high is not None else None)
         if dist == "uniform":
@@ -131,6 +140,8 @@ class VariationSpec(BaseModel):
 
     def sampler(self) -> dict[str, Any] | None:
         """The normalised sampler: {"distribution": ..., params} or None when none was given."""
+        if self.sampler_cfg is not None and not self.sampler_cfg.is_uniform():
+            return None
         if self.sampler_cfg is not None:
             return {"distribution": "uniform", "low": self.sampler_cfg.low, "high": self.sampler_cfg.high}
         if self.distribution == "normal":
@@ -191,6 +202,8 @@ class Run(Strict):
     policy_name: str | None = None
     recording: Recording = Field(default_factory=Recording)
     max_attempts: Int = Field(default=3, gt=0, le=MAX_ATTEMPTS)
+    # Arena: how many times its runner rebuilds the environment (one episode_results_rebuild<R>.jsonl each).
+    num_rebuilds: Int | None = Field(default=None, gt=0, le=MAX_ATTEMPTS)
     episode_timeout_s: Seconds = 600.0
 
     @field_validator("task", "policy_name")

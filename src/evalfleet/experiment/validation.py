@@ -1,11 +1,14 @@
 """Checks that known environment and policy types make of a Run's options. Types that are not
-installed (an Arena task YAML path, a dotted class path) pass through untyped: they load, plan and
-dry-run; only executing them fails (see `require_executable`)."""
+installed (an Arena task YAML path, a dotted class path, a name registered in Arena such as
+`pick_and_place_maple_table` or `zero_action`) pass through untyped: they load, plan and dry-run; only
+executing them fails (see `require_executable`). A name close to one of evalfleet's own is taken for a
+typo of it, not for an Arena name, and gets "did you mean"."""
 
 from __future__ import annotations
 
 import difflib
-from typing import Any
+import re
+from typing import Any, Iterable
 
 from pydantic import BaseModel, ValidationError
 
@@ -13,14 +16,24 @@ from evalfleet.errors import UserError
 from evalfleet.experiment.schema import Run
 
 
-def is_external_type(type_name: str) -> bool:
-    """A path or dotted class path names something outside evalfleet's registries."""
-    return any(c in type_name for c in "./\\:")
+# How Arena's registries name environments and policies: lower-case snake case.
+REGISTERED_NAME = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9]+)*")
+
+
+def is_external_type(type_name: str, known: Iterable[str] | None = None) -> bool:
+    """Whether `type_name` names something outside evalfleet's registries: a path or dotted class path,
+    or (given the names evalfleet knows) a registered-looking name that is not a near miss of one of them."""
+    if any(c in type_name for c in "./\\:"):
+        return True
+    if known is None or not REGISTERED_NAME.fullmatch(type_name):
+        return False
+    known = list(known)
+    return type_name not in known and not difflib.get_close_matches(type_name, known, n=1)
 
 
 def _lookup(registry: Any, type_name: str, where: str, key: str) -> Any:
     entry = registry.get(type_name)
-    if entry is None and not is_external_type(type_name):
+    if entry is None and not is_external_type(type_name, registry.names()):
         raise UserError(f"unknown {registry.kind} type {type_name!r}{registry.suggest(type_name)}", where=where, key=key)
     return entry
 
@@ -89,6 +102,12 @@ def _validate_variations(run: Run, info: Any, where: str, key: str) -> None:
             close = difflib.get_close_matches(name, list(info.variations), n=3, cutoff=0.5)
             hint = f"did you mean {', '.join(close)}?" if close else "see `evalfleet variations " + run.environment.type + "`"
             raise UserError(f"unknown variation {name!r} for {run.environment.type}; {hint}", where=where, key=vkey)
+        cfg = spec.sampler_cfg
+        if cfg is not None and (cfg.model_extra or cfg.low is None or cfg.high is None):
+            # Arena's own sampler keys (e.g. probability) mean nothing to evalfleet's variations.
+            extra = next(iter(cfg.model_extra or {}), None)
+            what = f"unknown key {extra!r}; valid keys: low, high" if extra else "sampler_cfg needs both low and high"
+            raise UserError(what, where=where, key=f"{vkey}.sampler_cfg" + (f".{extra}" if extra else ""))
         if variation.options is not None:
             _validate_options(variation.options, spec.options(), where, vkey)
         elif spec.options():
@@ -134,6 +153,13 @@ def require_executable(runs: dict[str, Run], where: str) -> None:
     for name, run in runs.items():
         for registry, section in ((ENVIRONMENTS, "environment"), (POLICIES, "policy")):
             type_name = getattr(run, section).type
+            if registry.get(type_name) is None and is_external_type(type_name, registry.names()):
+                raise UserError(
+                    f"Run {name!r} uses {registry.kind} type {type_name!r} from Isaac Lab Arena, which is not installed here and runs only "
+                    "inside Arena's image; submit it instead: evalfleet submit EXP --backend osmo [--dry-run]",
+                    where=where,
+                    key=f"runs.{name}.{section}.type",
+                )
             if registry.get(type_name) is None:
                 raise UserError(
                     f"Run {name!r} uses {registry.kind} type {type_name!r}, which is not installed here; "

@@ -18,6 +18,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from evalfleet.analysis.loading import arena_file_order, arena_record, arena_videos
 from evalfleet.errors import UserError
 from evalfleet.outputs.report import REPORT_FILE, render_report
 from evalfleet.outputs.storage import Location, is_url, open_location
@@ -44,6 +45,8 @@ class RunSource:
     record_files: list[str] = field(default_factory=list)  # merged file first, then parts/*.jsonl by name
     status_file: str | None = None
     has_videos: bool = False
+    arena_files: list[str] = field(default_factory=list)  # Arena's episode_results_{rebuild,rank}<N>.jsonl, in order
+    loose_videos: list[str] = field(default_factory=list)  # Arena's .mp4 files lying in the Run folder itself
 
 
 @dataclass
@@ -75,10 +78,14 @@ def find_runs(loc: Location, *, max_depth: int = MAX_DEPTH) -> list[tuple[str, R
             parts = [n for n, is_dir in loc.listdir(_rel(rel, PARTS_DIR)) if not is_dir and n.endswith(".jsonl")]
         merged = entries.get(RECORDS_FILE) is False
         status = entries.get(STATUS_FILE) is False
-        if merged or parts or status:
+        arena = sorted((n for n, is_dir in entries.items() if not is_dir and arena_file_order(n)), key=arena_file_order)
+        if merged or parts or status or arena:
             name = rel.rsplit("/", 1)[-1] if rel else _basename(loc)
             src = RunSource(location=loc, rel=rel, status_file=_rel(rel, STATUS_FILE) if status else None,
                             has_videos=entries.get(VIDEOS_DIR) is True)
+            if not merged:  # a collected episode_results.jsonl already holds what Arena's files held
+                src.arena_files = [_rel(rel, n) for n in arena]
+                src.loose_videos = sorted(n for n, is_dir in entries.items() if not is_dir and n.endswith(".mp4"))
             if merged:
                 src.record_files.append(_rel(rel, RECORDS_FILE))
             src.record_files.extend(_rel(rel, PARTS_DIR, n) for n in sorted(parts))
@@ -161,8 +168,34 @@ def read_run(name: str, sources: list[RunSource], *, merged_only: bool = False) 
             where = src.location.display(rel)
             for rec, line in parse_record_lines(src.location.read_bytes(rel)):
                 merged.add(rec, line, where)
+        _read_arena_files(name, src, merged, status or {})
     return RunData(name=name, sources=sources, records=merged.records, lines=[str(line) for line in merged.lines],
                    status=status, set_aside=merged.set_aside)
+
+
+def _read_arena_files(name: str, src: RunSource, merged: RunRecords, status: dict[str, Any]) -> None:
+    """Arena's record files → evalfleet records. Episodes are numbered across the files in order (rebuild 0's
+    episodes first), each file's by Arena's `global_episode_index`; videos are matched by rebuild, env and
+    episode-in-env."""
+    if not src.arena_files:
+        return
+    names = [f"videos/{n}" for n in src.loose_videos]
+    if src.has_videos:
+        prefix = _rel(src.rel, VIDEOS_DIR)
+        names += [rel[len(src.rel):].lstrip("/") if src.rel else rel for rel in src.location.walk_files(prefix)]
+    videos = arena_videos(names)
+    offset = 0
+    for rel in src.arena_files:
+        where = src.location.display(rel)
+        last = -1
+        for i, (raw, _line) in enumerate(parse_record_lines(src.location.read_bytes(rel))):
+            index = raw.get("global_episode_index")
+            index = index if isinstance(index, int) and not isinstance(index, bool) and index >= 0 else i
+            rec = arena_record(raw, run=str(raw.get("job_name") or name), episode=offset + index, videos=videos,
+                               task=status.get("task"), policy=status.get("policy"))
+            merged.add(rec, json.dumps(rec, separators=(",", ":")), where)
+            last = max(last, index)
+        offset += last + 1
 
 
 def load_runs(locations: list[Location], *, merged_only: bool = False) -> list[RunData]:
@@ -241,6 +274,7 @@ def _collect(sources: list[str], output: str, *, endpoint_url: str | None, repor
                 log.warning("%s differs from %s; keeping the first", loc.display(EXPERIMENT_FILE),
                             experiment_loc.display(EXPERIMENT_FILE))
 
+    runs += _never_started(runs, experiment_bytes)
     log.info("collecting %d Runs from %d source(s) into %s", len(runs), len(locations), output)
     for run in runs:
         _write_run(run, dest)
@@ -262,6 +296,37 @@ def _collect(sources: list[str], output: str, *, endpoint_url: str | None, repor
     return collected
 
 
+def _never_started(found: list[RunData], experiment_bytes: bytes | None) -> list[RunData]:
+    """Runs the Experiment names that left nothing at all (their task never started, or its output was
+    lost): failed, with the reason, so every Run of the Experiment has an execution status."""
+    if experiment_bytes is None:
+        return []
+    from evalfleet.experiment.safe_yaml import parse_yaml
+
+    try:
+        doc = parse_yaml(experiment_bytes.decode("utf-8", errors="replace"), EXPERIMENT_FILE)
+    except UserError:
+        return []
+    runs = doc.get("runs") if isinstance(doc, dict) else None
+    if isinstance(runs, list):
+        runs = {r.get("name"): r for r in runs if isinstance(r, dict)}
+    if not isinstance(runs, dict):
+        return []
+    shared = doc.get("shared") if isinstance(doc.get("shared"), dict) else {}
+    have = {r.name for r in found}
+    out = []
+    for name, run in runs.items():
+        if not isinstance(name, str) or name in have:
+            continue
+        limit = (run or {}).get("rollout_limit") or shared.get("rollout_limit") or {}
+        planned = limit.get("num_episodes") if isinstance(limit, dict) else None
+        status = {"state": "failed", "run": name, "reason": "never started: no output from this Run's runner task "
+                  "(it was not scheduled, or failed before writing anything)",
+                  "planned_episodes": planned if isinstance(planned, int) and not isinstance(planned, bool) else None}
+        out.append(RunData(name=name, sources=[], records=[], lines=[], status=status))
+    return out
+
+
 def write_collected_report(collected: Collected, title: str | None = None) -> str:
     """index.html beside a collect's result, from the Runs it read (nothing is read again); its location."""
     dest = collected.dest
@@ -277,7 +342,11 @@ def write_collected_report(collected: Collected, title: str | None = None) -> st
 def _write_run(run: RunData, dest: Location) -> None:
     body = ("\n".join(run.lines) + "\n") if run.lines else ""
     dest.write_bytes(_rel(run.name, RECORDS_FILE), body.encode("utf-8"))
-    in_place = all(src.location.same_place(dest) and src.rel == run.name for src in run.sources)
+    for src in run.sources:
+        for n in src.loose_videos:  # Arena's videos beside its records land in <run>/videos/
+            _copy_if_changed(src.location, _rel(src.rel, n), dest, _rel(run.name, VIDEOS_DIR, n))
+    in_place = bool(run.sources) and all(src.location.same_place(dest) and src.rel == run.name
+                                         for src in run.sources)
     if in_place:
         return
     if run.status is not None:

@@ -112,6 +112,61 @@ def _summary_table(result: dict[str, Any]) -> str:
     )
 
 
+def _criterion_met(value: Any) -> bool | None:
+    """Whether one of Arena's progress criteria was met: a bool, or a map with complete/completed/met."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, dict):
+        for key in ("complete", "completed", "is_complete", "met", "satisfied", "success"):
+            if isinstance(value.get(key), bool):
+                return value[key]
+    return None
+
+
+def progress_summary(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Mean progress and, for Arena's progress maps, how many episodes met each criterion (in the order the
+    criteria first appear: a funnel). None when no record carries progress."""
+    from evalfleet.analysis.loading import progress_score
+
+    scores, complete, funnel, n = [], 0, {}, 0
+    for rec in records:
+        if rec.get("status") == "error":
+            continue
+        progress = rec.get("progress")
+        score = progress_score(progress)
+        if score is None:
+            continue
+        n += 1
+        scores.append(score)
+        if isinstance(progress, dict):
+            complete += bool(progress.get("all_complete"))
+            for name, value in (progress.get("criteria_by_name") or {}).items():
+                met = _criterion_met(value)
+                funnel[str(name)] = funnel.get(str(name), 0) + bool(met)
+    if not n:
+        return None
+    return {"episodes": n, "mean": sum(scores) / n, "all_complete": complete, "criteria": funnel}
+
+
+def _progress_section(runs: list[Any]) -> str:
+    rows = []
+    for run in runs:
+        summary = progress_summary(run.records)
+        if summary is None:
+            continue
+        n = summary["episodes"]
+        funnel = "".join(f'<li><span class="criterion">{_e(name)}</span> {met}/{n} ({fmt_pct(met / n)})</li>'
+                         for name, met in summary["criteria"].items())
+        rows.append(f'<tr data-run="{_e(run.name)}"><td class="run">{_e(run.name)}</td><td class="num">{n}</td>'
+                    f'<td class="num progress-mean">{fmt_pct(summary["mean"])}</td>'
+                    f'<td class="num">{summary["all_complete"]}</td><td><ol class="funnel">{funnel}</ol></td></tr>')
+    if not rows:
+        return ""
+    return ('<h2>Progress</h2><table id="progress" class="grid"><thead><tr><th>Run</th><th>Episodes</th>'
+            '<th>Mean progress</th><th>All criteria met</th><th>Criteria met (funnel)</th></tr></thead><tbody>'
+            + "".join(rows) + "</tbody></table>")
+
+
 def _matrix_table(result: dict[str, Any]) -> str:
     matrix = result.get("matrix") or {}
     tasks, policies = matrix.get("tasks", []), matrix.get("policies", [])
@@ -310,7 +365,7 @@ def render_report(result: dict[str, Any], runs: list[Any], *, plots: Iterable[st
         "/*__CSS__*/": _asset("report.css"),
         "__PROVENANCE__": _provenance_line(prov),
         "__OVERVIEW__": _e(overview),
-        "__SUMMARY__": _summary_table(result),
+        "__SUMMARY__": _summary_table(result) + _progress_section(runs),
         "__MATRIX__": _matrix_table(result),
         "__PLOTS__": _plots_section(plots),
         "__META__": _script_safe(json.dumps(meta)),

@@ -1,0 +1,44 @@
+"""osmo.max_parallel_runs=K: Run i starts after Run i-K's runner, in a workflow that passes OSMO's rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from evalfleet.execution.osmo import render_workflows
+from evalfleet.experiment.loading import load_experiment
+from test_osmo_rules import validate_workflow
+
+RUN = """  run{i}:
+    environment: {{type: pick_and_place_maple_table}}
+    policy: {{type: zero_action}}
+    rollout_limit: {{num_episodes: 2}}
+"""
+
+
+def _six_runs(tmp_path: Path) -> Path:
+    path = tmp_path / "six.yaml"
+    path.write_text("runs:\n" + "".join(RUN.format(i=i) for i in range(6)))
+    return path
+
+
+def test_two_at_a_time_orders_the_runs(tmp_path: Path) -> None:
+    (wf,) = render_workflows(load_experiment(_six_runs(tmp_path), ["osmo.max_parallel_runs=2"]))
+    validate_workflow(wf.spec)
+    doc = wf.spec
+    groups = [g for g in doc["workflow"]["groups"] if g["name"] != "collect-group"]
+    runners = [g["tasks"][0]["name"] for g in groups]
+    for i, group in enumerate(groups):
+        waits_for = [x["task"] for x in group["tasks"][0].get("inputs", [])]
+        assert waits_for == ([runners[i - 2]] if i >= 2 else [])
+    collect = doc["workflow"]["groups"][-1]["tasks"][0]
+    assert [x["task"] for x in collect["inputs"]] == runners
+
+
+def test_without_the_setting_every_run_starts_at_once(tmp_path: Path) -> None:
+    (wf,) = render_workflows(load_experiment(_six_runs(tmp_path)))
+    validate_workflow(wf.spec)
+    groups = wf.spec["workflow"]["groups"][:-1]
+    assert all("inputs" not in g["tasks"][0] for g in groups)
+    assert "max_parallel_runs" not in yaml.safe_dump(wf.spec)
