@@ -79,7 +79,7 @@ def serve_command(args: argparse.Namespace) -> int:
 
     import evalfleet.serving  # noqa: F401 - registers the remote-client policies
     from evalfleet.plugins import load_registries
-    from evalfleet.policies.base import PolicyContext
+    from evalfleet.policies.base import SPEC_KEY, PolicyContext, policy_spec
     from evalfleet.serving.common import build_policy
     from evalfleet.serving.process import server_for
 
@@ -113,13 +113,17 @@ def serve_command(args: argparse.Namespace) -> int:
         action_dim=args.action_dim, seed=args.seed,
     )
     policy = build_policy(args.policy, options, context)
+    server_extra: dict[str, Any] = {}
+    spec = policy_spec(policy, args.policy, options, context)
+    if spec is not None and args.protocol != "gr00t":  # clients check it against their Run's environment
+        server_extra["metadata"] = {**(getattr(policy, "metadata", None) or {}), SPEC_KEY: spec.to_mapping()}
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     server = server_for(
         args.protocol, policy, host=args.host, port=args.port, api_key=api_key,
         max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
-        max_message_bytes=int(args.max_message_mb * 2**20),
+        max_message_bytes=int(args.max_message_mb * 2**20), **server_extra,
     )
 
     async def main() -> None:
