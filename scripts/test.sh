@@ -10,6 +10,9 @@ python3 -m pip install -q --root-user-action=ignore -e '.[test]'
 # dependencies so the project's numpy stays; what it imports (msgpack, websockets,
 # typing_extensions) comes with evalfleet's own and the test extras.
 python3 -m pip install -q --root-user-action=ignore --no-deps 'openpi-client==0.1.2'
+# openpi-server (openpi's own WebsocketPolicyServer, the real peer of our openpi client) needs only
+# openpi-client and websockets, but resolving it would pull openpi-client's numpy<2: no deps here too.
+python3 -m pip install -q --root-user-action=ignore --no-deps 'openpi-server==0.1.0'
 # Debian's chromium drives the browser tests of the HTML report (Playwright's own download cannot work);
 # Mesa's EGL/OSMesa render MuJoCo cameras offscreen on the CPU.
 bash scripts/install-chromium.sh >/dev/null

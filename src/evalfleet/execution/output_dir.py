@@ -119,4 +119,4 @@ def mark_runs_running(out: Path, plan: Any) -> None:
     """Each Run's run_status.json says what a backend starts: its tags, planned episodes, state running."""
     for name, rp in plan.runs.items():
         write_run_status(out, name, task=rp.task, policy=rp.policy, planned_episodes=rp.num_episodes,
-                         state="running", reason=None)
+                         state="running", reason=None, failed_because=None)

@@ -9,6 +9,7 @@ table or parses arguments: the CLI does that with what `run` returns.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Callable, Iterable
 
 from evalfleet.errors import UserError
 from evalfleet.execution.backends import Backend, ExecutionJob, WorkerResult, get_backend
-from evalfleet.execution.output_dir import default_output, prepare_output, write_run_status
+from evalfleet.execution.output_dir import STATUS_FILE, default_output, prepare_output, write_run_status
 from evalfleet.execution.watchdog import WatchdogConfig
 from evalfleet.experiment.loading import LoadedExperiment, load_experiment
 from evalfleet.experiment.plan import Plan, make_plan
@@ -107,6 +108,19 @@ def _execute(loaded: LoadedExperiment, out: Path, backend: Backend, *, shard_siz
         return plan, backend.execute(job, experiment_file)
 
 
+def spec_mismatch(out: Path, run: str) -> str | None:
+    """The reason a runner refused this Run before its first episode (see worker.report_spec_mismatches)."""
+    from evalfleet.execution.worker import SPEC_MISMATCH
+
+    try:
+        status = json.loads((out / run / STATUS_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if isinstance(status, dict) and status.get("failed_because") == SPEC_MISMATCH:
+        return str(status.get("reason") or SPEC_MISMATCH)
+    return None
+
+
 def finish_runs(plan: Plan, out: Path, results: list[WorkerResult]) -> None:
     """Mark each Run completed or failed (with the reason a worker gave up) in its run_status.json."""
     gave_up: dict[str, str] = {}
@@ -115,6 +129,10 @@ def finish_runs(plan: Plan, out: Path, results: list[WorkerResult]) -> None:
             for shard in r.shards:
                 gave_up.setdefault(shard.run, f"worker {r.worker} gave up: {r.problem}")
     for name, rp in plan.runs.items():
+        refused = spec_mismatch(out, name)
+        if refused:  # its policy does not fit its environment: no episode ran, the runner said why
+            write_run_status(out, name, state="failed", reason=refused)
+            continue
         records = latest_records(out, name, rp.num_episodes)
         if rp.num_episodes is None:
             missing = 0 if records else 1

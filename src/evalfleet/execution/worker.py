@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 from evalfleet.errors import UserError
 from evalfleet.execution.invocation import parse_shard
+from evalfleet.execution.output_dir import write_run_status
 from evalfleet.experiment.loading import load_experiment
 from evalfleet.experiment.plan import Shard, make_plan
 from evalfleet.experiment.validation import require_executable
@@ -19,6 +21,17 @@ from evalfleet.rollout.heartbeat import HEARTBEAT_ENV, HeartbeatWriter
 from evalfleet.rollout.runner import run_shards
 
 EXIT_STOPPED = 143
+SPEC_MISMATCH = "spec_mismatch"
+
+
+def report_spec_mismatches(out: Path, outcomes: list[Any]) -> None:
+    """A Run whose policy does not fit its environment ran no episode: say so in its run_status.json
+    (`failed_because: spec_mismatch`, the one-line reason), which `pipeline.finish_runs` keeps. The
+    worker itself still exits 0: restarting it would only fail the same check again."""
+    for run in dict.fromkeys(o.run for o in outcomes if o.spec_mismatch):
+        line = next(o.spec_mismatch for o in outcomes if o.run == run and o.spec_mismatch)
+        print(f"evalfleet runner: {line}", file=sys.stderr, flush=True)
+        write_run_status(out, run, state="failed", failed_because=SPEC_MISMATCH, reason=f"{SPEC_MISMATCH}: {line}")
 
 
 def _stop_when_orphaned(stop: threading.Event) -> None:
@@ -62,7 +75,8 @@ def run_worker(experiment: str, output: str | Path, *, overrides: list[str] = ()
         from evalfleet.execution.local import claim_shards
 
         chosen = claim_shards(chosen, Path(claim_dir), str(worker_id))
-    run_shards(plan.runs, chosen, Path(output), heartbeat=beat, stop=stop)
+    outcomes = run_shards(plan.runs, chosen, Path(output), heartbeat=beat, stop=stop)
+    report_spec_mismatches(Path(output), outcomes)
     if stop.is_set():
         return EXIT_STOPPED
     beat.done()

@@ -109,6 +109,7 @@ def plan_lines(name: str, plan, width: int) -> list[str]:  # noqa: ANN001
         rows.append([rp.name, str(rp.task), str(rp.policy), n, str(rp.run.environment_builder.num_envs),
                      str(sum(1 for s in plan.shards if s.run == rp.name)), ", ".join(rp.samplers) or "-"])
     lines = table_lines(columns, rows, width, title=f"{name}: {plan.total_episodes} episodes, {len(plan.shards)} shards")
+    lines.extend(spec_check_lines(plan, width))
     if not plan.servers:
         return [*lines, "servers: none needed"]
     lines.append("")
@@ -121,6 +122,20 @@ def plan_lines(name: str, plan, width: int) -> list[str]:  # noqa: ANN001
         lines.extend(command_lines(_PORT_FLAG.sub(rf"\1\2{FREE_PORT}", server["command"]), width))
     note = f"{FREE_PORT}: `evalfleet run` starts each server on a free loopback port and wires its clients to it"
     lines.extend(wrap_fields(note.split(" "), width, gap=" ", hanging="  "))
+    return lines
+
+
+def spec_check_lines(plan, width: int) -> list[str]:  # noqa: ANN001
+    """What is checked before each Run's first episode: the policy's declaration against the environment."""
+    from evalfleet.experiment.validation import spec_check_summary
+    from evalfleet.textlayout import wrap_fields
+
+    lines = ["", "checked before the first episode (a mismatch fails the Run at once):"]
+    for rp in plan.runs.values():
+        declared, provided = spec_check_summary(rp.run)
+        lines.append(f"{rp.name}:")
+        for text in (f"policy: {declared}", f"against {provided}"):
+            lines.extend("  " + line for line in wrap_fields(text.split(" "), width - 2, gap=" ", hanging="    "))
     return lines
 
 

@@ -74,6 +74,52 @@ def validate_types(run: Run, where: str, key: str) -> None:
     served_entry = POLICIES.get(str(served.get("type"))) if isinstance(served, dict) else None
     for entry in (policy, served_entry):
         _check_environment_for(entry, run, where, key)
+    _check_declared_spec(run, where, key)
+
+
+def _static_specs(run: Run) -> tuple[Any, Any]:
+    """(policy spec, environment spec) as far as they are known before anything runs: the policy's (or
+    the served policy's) registry entry, and what the environment's options declare (cameras, sizes)."""
+    from evalfleet.policies.base import registry_spec
+    from evalfleet.sim.base import environment_spec
+
+    served = run.policy.options().get("serve")
+    spec = registry_spec(run.policy.type, run.policy.options(), None)
+    if spec is None and isinstance(served, dict) and served.get("type"):
+        options = {k: v for k, v in served.items() if k != "type"}
+        spec = registry_spec(str(served["type"]), options, None)
+    return spec, environment_spec(run.environment.type, run.environment.options())
+
+
+def _check_declared_spec(run: Run, where: str, key: str) -> None:
+    """What is known at load time of the policy's declared spec fits the environment's options (cameras,
+    image sizes, gripper); the runner checks the rest (action size, bounds) once the env exists."""
+    from evalfleet.policies.base import check_spec
+
+    try:
+        spec, env_spec = _static_specs(run)
+    except (ValueError, TypeError, KeyError) as exc:  # a declaration that cannot be made from these options
+        raise UserError(f"the policy's spec cannot be read: {exc}", where=where, key=f"{key}.policy") from None
+    run_name = key.rsplit(".", 1)[-1]
+    check_spec(spec, env_spec, run=run_name, where=where, key=f"{key}.policy")
+
+
+def spec_check_summary(run: Run) -> tuple[str, str]:
+    """(what the policy declares, what the environment provides) as `evalfleet plan` shows them."""
+    from evalfleet.policies.base import POLICIES
+
+    spec, env_spec = _static_specs(run)
+    entry = POLICIES.get(run.policy.type)
+    at_connect = entry.info.get("declares_at_connect") if entry is not None and isinstance(entry.info, dict) else None
+    if spec is not None:
+        declared = f"{spec.source}: {spec.describe()}"
+        if at_connect:
+            declared += f"; at connect, {at_connect}"
+    elif at_connect:
+        declared = f"at connect, {at_connect}"
+    else:
+        declared = "nothing declared"
+    return declared, f"{env_spec.source}: {env_spec.describe()}; action size and bounds of the built env"
 
 
 def _check_environment_for(entry: Any, run: Run, where: str, key: str) -> None:

@@ -6,6 +6,11 @@ applies its variation values, steps until success or the step limit, and appends
 episode is reset from its own seed, so results do not depend on which env ran it or how many there
 are. Exceptions in env or policy, and episodes over their wall-clock deadline, are recorded as
 `status: error` (infrastructure, excluded from success rates) and retried up to `max_attempts`.
+
+Before a Run's first episode, once its envs and policy exist (a remote policy has connected, so its
+server's declaration is known), what the policy declares is checked against what the environment
+provides (`policies.base.check_spec`); a mismatch raises SpecMismatchError, and `run_shards` runs
+none of that Run's episodes and reports it in `ShardOutcome.spec_mismatch`.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ class ShardOutcome:
     errors: int = 0
     steps: int = 0
     stopped: bool = False
+    spec_mismatch: str | None = None  # the Run did not start: its policy does not fit its environment
 
 
 @dataclass
@@ -312,6 +318,9 @@ def build_shard_runner(plan: RunPlan, out_dir: str | Path, **kwargs: Any) -> Sha
     from evalfleet.policies.base import POLICIES, PolicyContext
     from evalfleet.sim.base import ENVIRONMENTS
 
+    from evalfleet.policies.base import check_spec, policy_spec
+    from evalfleet.sim.base import environment_spec
+
     load_registries()
     run = plan.run
     env_entry = ENVIRONMENTS.get(run.environment.type)
@@ -330,7 +339,16 @@ def build_shard_runner(plan: RunPlan, out_dir: str | Path, **kwargs: Any) -> Sha
             run=plan.name, task=plan.task, env_type=run.environment.type, env_options=run.environment.options(),
             action_dim=getattr(runner._envs[0], "action_dim", 4), seed=plan.base_seed,
         )
-        return policy_entry.factory(run.policy.options(), context)
+        policy = policy_entry.factory(run.policy.options(), context)
+        try:  # before the first reset: a mismatch fails the Run at once, not as N error records
+            env_spec = environment_spec(run.environment.type, run.environment.options(), runner._envs[0])
+            check_spec(policy_spec(policy, run.policy.type, run.policy.options(), context), env_spec,
+                       run=plan.name)
+        except BaseException:
+            if hasattr(policy, "close"):
+                policy.close()
+            raise
+        return policy
 
     runner = ShardRunner(plan, out_dir, make_env=make_env, make_policy=make_policy, **kwargs)
     return runner
@@ -340,20 +358,31 @@ def run_shards(
     plans: dict[str, RunPlan], shards: Iterable[Shard], out_dir: str | Path, **kwargs: Any
 ) -> list[ShardOutcome]:
     """Run shards in order, reusing one env/policy set per Run (the common worker loop)."""
+    from evalfleet.policies.base import SpecMismatchError
+
     outcomes = []
     runners: dict[str, ShardRunner] = {}
+    refused: dict[str, str] = {}  # Run -> why its policy does not fit its environment
     stop: threading.Event | None = kwargs.get("stop")
     try:
         for shard in shards:
             if stop is not None and stop.is_set():
                 break
+            if shard.run in refused:
+                outcomes.append(ShardOutcome(shard.run, shard.id, spec_mismatch=refused[shard.run]))
+                continue
             runner = runners.get(shard.run)
             if runner is None:
                 for other in runners.values():
                     other.close()  # one Run's envs at a time keeps memory flat
                 runners.clear()
                 runner = runners[shard.run] = build_shard_runner(plans[shard.run], out_dir, **kwargs)
-            outcomes.append(runner.run_shard(shard))
+            try:
+                outcomes.append(runner.run_shard(shard))
+            except SpecMismatchError as exc:
+                refused[shard.run] = exc.line()
+                runners.pop(shard.run).close()
+                outcomes.append(ShardOutcome(shard.run, shard.id, spec_mismatch=refused[shard.run]))
     finally:
         for runner in runners.values():
             runner.close()

@@ -2,7 +2,7 @@
 
 A `ServerBinding` says, for one client policy type:
 
-* `protocol` (``openpi`` | ``gr00t``) and `default_port`;
+* `protocol` (``openpi`` | ``gr00t`` | ``vla-eval``) and `default_port`;
 * `command(options, host, port, context)` → a `ServerCommand` (argv, env, cwd, container image) that
   starts the server; placeholders are already filled in, so a backend runs it as-is (local subprocess via
   `ServerProcess`) or renders it into a cluster task (OSMO/Ray dry-runs);
@@ -14,8 +14,9 @@ A `ServerBinding` says, for one client policy type:
   raises a UserError naming the Runs and the key when Runs meant to share a server disagree.
   `server_identity(options, context)` is the key a backend groups Runs by.
 
-evalfleet's own remote types, `openpi_remote` and `gr00t_remote`, serve any registered policy with
-``evalfleet serve``. The served policy is given inside the client's options under `serve`::
+evalfleet's own remote types, `openpi_remote`, `gr00t_remote` and `vlaeval_remote`, serve any registered
+policy with ``evalfleet serve``; `vlaeval_remote` with `vla_eval_config` starts one of vla-eval's model
+servers with ``vla-eval serve --config``. The served policy is given inside the client's options under `serve`::
 
     policy:
       type: openpi_remote          # the client the runner uses
@@ -245,6 +246,46 @@ for _type, _protocol, _port in (("openpi_remote", "openpi", 8000), ("gr00t_remot
         context_keys=("env_type", "action_dim"),
         summary=f"`evalfleet serve <serve.type> --protocol {_protocol}`",
     ))
+
+
+# ===================================================================== vla-eval
+
+
+def _vlaeval_command(options: dict[str, Any], host: str, port: int, context: Any) -> ServerCommand:
+    """`evalfleet serve ... --protocol vla-eval` for `serve:`, or vla-eval's own launcher for a model-server
+    YAML (`vla-eval serve --config CFG --address HOST:PORT --arg KEY=VALUE ...`, which runs the YAML's
+    script through `uv run` in its own environment)."""
+    config = options.get("vla_eval_config")
+    if config and options.get("serve"):
+        raise UserError("give either `serve` (an evalfleet policy) or `vla_eval_config` (a vla-eval model"
+                        " server), not both", key="policy.vla_eval_config")
+    if not config:
+        return _evalfleet_serve("vla-eval")(options, host, port, context)
+    argv = ["vla-eval", "serve", "--config", str(config), "--address", f"{host}:{port}"]
+    for key, value in sorted((options.get("vla_eval_args") or {}).items()):
+        argv += ["--arg", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
+    return ServerCommand(argv=argv)
+
+
+def _vlaeval_server_options(options: dict[str, Any]) -> dict[str, Any]:
+    return {**_evalfleet_server_options(options), "vla_eval_config": options.get("vla_eval_config"),
+            "vla_eval_args": options.get("vla_eval_args") or {}}
+
+
+register_binding(ServerBinding(
+    policy_type="vlaeval_remote",
+    protocol="vla-eval",
+    default_port=8000,
+    host_field="host",
+    port_field="port",
+    api_key_field="api_key",
+    command_builder=_vlaeval_command,
+    server_options=_vlaeval_server_options,
+    resources=_evalfleet_resources,
+    needs_server=lambda options: bool(options.get("serve") or options.get("vla_eval_config")),
+    context_keys=("env_type", "action_dim"),
+    summary="`evalfleet serve <serve.type> --protocol vla-eval`, or `vla-eval serve --config <vla_eval_config>`",
+))
 
 
 # ===================================================================== Arena's remote policies

@@ -1,4 +1,4 @@
-"""`evalfleet serve POLICY [KEY=VALUE ...] --protocol openpi|gr00t`: serve any registered policy."""
+"""`evalfleet serve POLICY [KEY=VALUE ...] --protocol openpi|gr00t|vla-eval`: serve any registered policy."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ API_KEY_ENV = "EVALFLEET_SERVE_API_KEY"
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "serve",
-        help="serve a policy over the openpi or GR00T protocol",
+        help="serve a policy over the openpi, GR00T or vla-eval protocol",
         description="Serve any registered policy. KEY=VALUE pairs are the policy's options (values are "
         "YAML: 3, true, [1, 2], {a: 1}) and come right after POLICY; dotted keys nest. Prints 'serving PROTOCOL on HOST:PORT' once "
         "it listens; SIGTERM or Ctrl-C stops it.",
@@ -26,7 +26,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("options", nargs="*", metavar="KEY=VALUE", help="policy options")
     p.add_argument("--options-json", default=None, metavar="JSON",
                    help="policy options as one JSON map (KEY=VALUE pairs are applied on top)")
-    p.add_argument("--protocol", choices=("openpi", "gr00t"), required=True)
+    p.add_argument("--protocol", choices=("openpi", "gr00t", "vla-eval"), required=True)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=int, default=0, help="port (default 0: a free one, printed)")
     p.add_argument("--api-key", default=None, help=f"require this key (or set ${API_KEY_ENV})")
@@ -81,7 +81,7 @@ def serve_command(args: argparse.Namespace) -> int:
 
     import evalfleet.serving  # noqa: F401 - registers the remote-client policies
     from evalfleet.plugins import load_registries
-    from evalfleet.policies.base import PolicyContext
+    from evalfleet.policies.base import SPEC_KEY, PolicyContext, policy_spec
     from evalfleet.serving.common import build_policy
     from evalfleet.serving.process import server_for
 
@@ -115,6 +115,12 @@ def serve_command(args: argparse.Namespace) -> int:
         action_dim=args.action_dim, seed=args.seed,
     )
     policy = build_policy(args.policy, options, context)
+    server_extra: dict[str, Any] = {}
+    spec = policy_spec(policy, args.policy, options, context)
+    if spec is not None and args.protocol == "openpi":  # clients check it against their Run's environment
+        server_extra["metadata"] = {**(getattr(policy, "metadata", None) or {}), SPEC_KEY: spec.to_mapping()}
+    elif args.protocol == "vla-eval":  # the HELLO reply carries it, in vla-eval's terms too
+        server_extra["spec"] = spec
     from evalfleet.secrets import resolve
 
     api_key = resolve(args.api_key or os.environ.get(API_KEY_ENV), args.api_key_env, key="--api-key")
@@ -123,7 +129,7 @@ def serve_command(args: argparse.Namespace) -> int:
     server = server_for(
         args.protocol, policy, host=args.host, port=args.port, api_key=api_key,
         max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
-        max_message_bytes=int(args.max_message_mb * 2**20),
+        max_message_bytes=int(args.max_message_mb * 2**20), **server_extra,
     )
 
     async def main() -> None:

@@ -37,7 +37,7 @@ from typing import Any, Callable
 import numpy as np
 
 from evalfleet.errors import InfrastructureError
-from evalfleet.policies.base import POLICIES, BasePolicy
+from evalfleet.policies.base import POLICIES, SPEC_KEY, BasePolicy, PolicySpec, SpecMismatchError
 from evalfleet.serving import msgpack_numpy
 from evalfleet.serving.batching import PolicyWorker
 from evalfleet.serving.client_options import RemoteClientOptions, with_api_key
@@ -385,6 +385,17 @@ class OpenpiRemotePolicy(BasePolicy):
             raise
         return results
 
+    def declared_spec(self) -> PolicySpec | None:
+        """The served policy's spec, when the server's metadata carries one under `spec`."""
+        declared = self.server_metadata.get(SPEC_KEY)
+        if declared is None:
+            return None
+        source = f"openpi server at {self.uri} (metadata)"
+        try:
+            return PolicySpec.from_mapping(declared, source)
+        except ValueError as exc:
+            raise SpecMismatchError(f"{source} declares a spec evalfleet cannot read: {exc}") from None
+
     def reset(self, episode_seed: int, env_id: int = 0) -> None:
         if not (self.server_metadata.get("evalfleet") or {}).get("reset"):
             return  # a plain openpi server has no reset
@@ -400,6 +411,7 @@ class OpenpiRemotePolicy(BasePolicy):
 @POLICIES.register(
     "openpi_remote",
     options=OpenpiRemoteOptions,
+    info={"declares_at_connect": "the openpi server's metadata (`spec`)"},
     summary="a policy behind an openpi websocket server (started by evalfleet when `serve` is given)",
 )
 def make_openpi_remote(options: Any, context: Any = None) -> OpenpiRemotePolicy:

@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 from evalfleet.errors import InfrastructureError
 
-PROTOCOLS = ("openpi", "gr00t")
+PROTOCOLS = ("openpi", "gr00t", "vla-eval")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -38,12 +38,16 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def check_health(protocol: str, host: str, port: int, *, api_key: str | None = None, timeout_s: float = 1.0) -> bool:
-    """One health probe: openpi `GET /healthz`, GR00T `ping`."""
+    """One health probe: openpi `GET /healthz`, vla-eval `GET /health`, GR00T `ping`."""
     connect_host = "127.0.0.1" if host in ("0.0.0.0", "*", "") else host
     if protocol == "openpi":
         from evalfleet.serving.openpi import openpi_healthy
 
         return openpi_healthy(connect_host, port, timeout_s)
+    if protocol == "vla-eval":
+        from evalfleet.serving.vlaeval import vlaeval_healthy
+
+        return vlaeval_healthy(connect_host, port, timeout_s)
     if protocol == "gr00t":
         return gr00t_ping(connect_host, port, api_token=api_key, timeout_s=timeout_s)
     raise ValueError(f"unknown protocol {protocol!r} (known: {', '.join(PROTOCOLS)})")
@@ -291,11 +295,15 @@ class ServerProcess:
 
 
 def server_for(protocol: str, policy: Any, **kwargs: Any) -> Any:
-    """An `OpenpiServer` or `Gr00tServer` for `policy` (kwargs: host, port, api_key, max_batch, ...)."""
+    """An `OpenpiServer`, `VlaEvalServer` or `Gr00tServer` for `policy` (kwargs: host, port, api_key, max_batch, ...)."""
     if protocol == "openpi":
         from evalfleet.serving.openpi import OpenpiServer
 
         return OpenpiServer(policy, **kwargs)
+    if protocol == "vla-eval":
+        from evalfleet.serving.vlaeval import VlaEvalServer
+
+        return VlaEvalServer(policy, **kwargs)
     if protocol == "gr00t":
         from evalfleet.serving.gr00t import Gr00tServer
 

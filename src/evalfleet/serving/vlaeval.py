@@ -1,0 +1,549 @@
+"""vla-eval's websocket protocol, both sides (as spoken by the `vla-eval` package 0.8: its
+`vla_eval.connection.Connection` client and its `vla_eval.model_servers.serve` model servers).
+
+Wire protocol:
+
+* One websocket per client; every frame is binary msgpack, an envelope ``{type, payload, seq,
+  timestamp}`` with ``type`` one of ``hello``, ``observation``, ``action``, ``episode_start``,
+  ``episode_end``, ``error``. The client numbers its messages (``seq`` 1, 2, ...); a reply echoes the
+  ``seq`` of the message it answers.
+* Arrays travel as ``{"__ndarray__": true, data, dtype, shape}`` (bool/int/uint/float only); HWC uint8
+  images (1, 3 or 4 channels) as ``{"__image__": true, format: png|raw|jpeg, data, shape}`` — PNG by
+  default. Keys are strings.
+* The client sends HELLO first (``harness_version``, ``protocol_version: 1``); the server answers HELLO
+  with ``model_server``, ``capabilities`` and optionally ``action_spec`` / ``observation_spec``
+  (``{component: {name, dims, format, range?}}``) and ``observation_params``.
+* ``episode_start`` (``{"task": {...}}``) and ``episode_end`` (``{...result}``) frame each episode;
+  every ``observation`` (``{"images": {camera: HWC}, "state": [...], "task_description": str}``) is
+  answered by one ``action`` (``{"actions": (A,) or (H, A)}``) or one ``error`` (``{"error": str}``; the
+  connection stays open).
+* ``GET /health`` on the same port answers ``200 {"status": "ok"}``.
+
+evalfleet's additions, invisible to a plain peer: the HELLO reply may carry ``spec`` (a
+`policies.base.PolicySpec` mapping), and ``episode_start`` carries the episode's ``seed``.
+Each connection is one env on the server side, so concurrent connections are batched into one
+`act_batch` call, and `vlaeval_remote` opens one connection per env.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import http
+import http.client
+import io
+import itertools
+import logging
+import time
+from typing import Any, Callable
+
+import msgpack
+import numpy as np
+from pydantic import Field
+
+from evalfleet.errors import InfrastructureError
+from evalfleet.policies.base import GRIPPER_CONVENTIONS, POLICIES, SPEC_KEY, BasePolicy, PolicySpec, SpecMismatchError
+from evalfleet.serving.batching import PolicyWorker
+from evalfleet.serving.client_options import RemoteClientOptions
+from evalfleet.serving.common import DEFAULT_MAX_MESSAGE_MB, AuthenticationError, Backoff, RemotePolicyError, validate_options
+
+log = logging.getLogger(__name__)
+
+PROTOCOL_VERSION = 1
+HARNESS_VERSION = "evalfleet"
+HEALTH_PATH = "/health"
+MESSAGE_TYPES = ("hello", "observation", "action", "episode_start", "episode_end", "error")
+ALLOWED_DTYPE_KINDS = frozenset("biuf")
+MAX_IMAGE_PIXELS = 64 * 2**20  # a decoded image may not claim more than this (PNG bombs)
+# vla-eval's gripper formats -> evalfleet's gripper conventions
+GRIPPER_FORMATS = {"binary_close_positive": "positive_closes", "binary_close_negative": "positive_opens"}
+
+
+class WireFormatError(ValueError):
+    """A frame that is not a valid vla-eval envelope."""
+
+
+# ===================================================================== codec
+
+
+def _encode(obj: Any, image_format: str) -> Any:
+    if isinstance(obj, np.ndarray):
+        if image_format != "raw" and obj.ndim == 3 and obj.dtype == np.uint8 and obj.shape[2] in (1, 3, 4):
+            from PIL import Image
+
+            buf = io.BytesIO()
+            Image.fromarray(obj[..., 0] if obj.shape[2] == 1 else obj).save(buf, format="PNG")
+            return {"__image__": True, "format": "png", "data": buf.getvalue(), "shape": list(obj.shape)}
+        if obj.dtype.kind not in ALLOWED_DTYPE_KINDS:
+            raise TypeError(f"vla-eval carries bool/int/uint/float arrays, not {obj.dtype}")
+        return {"__ndarray__": True, "data": obj.tobytes(), "dtype": obj.dtype.str, "shape": list(obj.shape)}
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    if isinstance(obj, (tuple, set)):
+        return list(obj)
+    raise TypeError(f"cannot send a {type(obj).__name__} over vla-eval")
+
+
+def _shape(value: Any) -> tuple[int, ...]:
+    if not isinstance(value, list) or len(value) > 32 or not all(type(d) is int and d >= 0 for d in value):
+        raise WireFormatError(f"bad array shape {value!r}")
+    return tuple(value)
+
+
+def _decode_image(obj: dict[str, Any]) -> np.ndarray:
+    from PIL import Image
+
+    shape = _shape(obj.get("shape"))
+    data = obj.get("data")
+    if not isinstance(data, bytes) or len(shape) != 3 or shape[2] not in (1, 3, 4):
+        raise WireFormatError("an image needs bytes `data` and an HWC `shape` with 1, 3 or 4 channels")
+    fmt = obj.get("format")
+    if fmt == "raw":
+        return _decode_array({"data": data, "dtype": "|u1", "shape": list(shape)})
+    if fmt not in ("png", "jpeg"):
+        raise WireFormatError(f"unknown image format {fmt!r}")
+    if shape[0] * shape[1] > MAX_IMAGE_PIXELS:
+        raise WireFormatError(f"image of {shape[0]}x{shape[1]} pixels is over the limit")
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            if img.size != (shape[1], shape[0]):  # checked before decoding the pixels
+                raise WireFormatError(f"image is {img.size[1]}x{img.size[0]}, its shape says {shape[0]}x{shape[1]}")
+            arr = np.asarray(img.convert({1: "L", 3: "RGB", 4: "RGBA"}[shape[2]]), dtype=np.uint8)
+    except WireFormatError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - anything PIL says about bad bytes
+        raise WireFormatError(f"image does not decode: {exc}") from None
+    return arr.reshape(shape)
+
+
+def _decode_array(obj: dict[str, Any]) -> np.ndarray:
+    try:
+        dtype = np.dtype(obj.get("dtype"))
+    except TypeError:
+        raise WireFormatError(f"bad dtype {obj.get('dtype')!r}") from None
+    if dtype.kind not in ALLOWED_DTYPE_KINDS:
+        raise WireFormatError(f"disallowed dtype {dtype}; only bool/int/uint/float")
+    shape = _shape(obj.get("shape"))
+    data = obj.get("data")
+    if not isinstance(data, bytes) or len(data) != int(np.prod(shape, dtype=object)) * dtype.itemsize:
+        raise WireFormatError(f"array data does not fill shape {list(shape)} of {dtype}")
+    return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
+
+
+def _object_hook(obj: dict[str, Any]) -> Any:
+    if obj.get("__image__") is True:
+        return _decode_image(obj)
+    if obj.get("__ndarray__") is True:
+        return _decode_array(obj)
+    return obj
+
+
+def pack(msg_type: str, payload: dict[str, Any], seq: int, *, image_format: str = "png") -> bytes:
+    envelope = {"type": msg_type, "payload": payload, "seq": seq, "timestamp": time.time()}
+    return msgpack.packb(envelope, default=lambda o: _encode(o, image_format), use_bin_type=True)
+
+
+def unpack(data: Any, *, max_bytes: int = DEFAULT_MAX_MESSAGE_MB * 2**20) -> tuple[str, dict[str, Any], int]:
+    """(type, payload, seq) of one frame. Raises WireFormatError for anything the protocol does not allow."""
+    if isinstance(data, str):
+        raise WireFormatError("expected a binary msgpack frame, got text")
+    if len(data) > max_bytes:
+        raise WireFormatError(f"frame of {len(data)} bytes is over the {max_bytes} byte limit")
+    try:
+        raw = msgpack.unpackb(data, object_hook=_object_hook, raw=False, strict_map_key=True,
+                              max_bin_len=max_bytes, max_str_len=max_bytes)
+    except WireFormatError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - msgpack's many error types
+        raise WireFormatError(f"not msgpack: {exc}") from None
+    if not isinstance(raw, dict) or any(k not in raw for k in ("type", "payload", "seq", "timestamp")):
+        raise WireFormatError("a message is a map with type, payload, seq and timestamp")
+    if raw["type"] not in MESSAGE_TYPES or not isinstance(raw["payload"], dict) or type(raw["seq"]) is not int:
+        raise WireFormatError(f"bad envelope (type {raw['type']!r}, payload {type(raw['payload']).__name__})")
+    return raw["type"], raw["payload"], raw["seq"]
+
+
+# ===================================================================== observation shapes
+
+
+def to_vlaeval_observation(observation: dict[str, Any]) -> dict[str, Any]:
+    """evalfleet's vocabulary -> vla-eval's recommended keys (images by camera, state, task_description).
+    Other keys pass through under their own names."""
+    out: dict[str, Any] = {}
+    images: dict[str, Any] = {}
+    for key, value in observation.items():
+        if key.startswith("observation/images/"):
+            images[key.removeprefix("observation/images/")] = value
+        elif key == "observation/state":
+            out["state"] = value
+        elif key == "prompt":
+            out["task_description"] = value
+        elif key != "observation/image":  # the first camera again; vla-eval names every camera
+            out[key] = value
+    if not images and "observation/image" in observation:
+        images["image"] = observation["observation/image"]
+    if images:
+        out["images"] = images
+    return out
+
+
+def from_vlaeval_observation(observation: dict[str, Any]) -> dict[str, Any]:
+    """vla-eval's keys -> evalfleet's (the first camera is also `observation/image`)."""
+    out: dict[str, Any] = {}
+    for key, value in observation.items():
+        if key == "images" and isinstance(value, dict):
+            for i, (camera, image) in enumerate(value.items()):
+                out[f"observation/images/{camera}"] = image
+                if i == 0:
+                    out["observation/image"] = image
+        elif key == "state":
+            out["observation/state"] = np.asarray(value)
+        elif key == "task_description":
+            out["prompt"] = value
+        else:
+            out[key] = value
+    return out
+
+
+def spec_from_hello(hello: dict[str, Any], source: str) -> PolicySpec | None:
+    """What a vla-eval server's HELLO declares: evalfleet's own `spec` if there, else its action and
+    observation specs (action size = the components' dims, bounds from their ranges, the gripper
+    convention from the `gripper` component's format, state size from `state`)."""
+    if hello.get(SPEC_KEY) is not None:
+        return PolicySpec.from_mapping(hello[SPEC_KEY], source)
+    action_spec = hello.get("action_spec") or {}
+    obs_spec = hello.get("observation_spec") or {}
+    if not isinstance(action_spec, dict) or not isinstance(obs_spec, dict) or not (action_spec or obs_spec):
+        return None
+    declared: dict[str, Any] = {}
+    components = [c for c in action_spec.values() if isinstance(c, dict)]
+    dims = [c.get("dims") for c in components]
+    if components and all(type(d) is int and d > 0 for d in dims):
+        declared["action_dim"] = sum(dims)
+        ranges = [c.get("range") for c in components]
+        if all(isinstance(r, (list, tuple)) and len(r) == 2 for r in ranges):
+            declared["action_low"] = [float(r[0]) for r, d in zip(ranges, dims) for _ in range(d)]
+            declared["action_high"] = [float(r[1]) for r, d in zip(ranges, dims) for _ in range(d)]
+    gripper = GRIPPER_FORMATS.get(str((action_spec.get("gripper") or {}).get("format")))
+    if gripper in GRIPPER_CONVENTIONS:
+        declared["gripper"] = gripper
+    state = obs_spec.get("state")
+    if isinstance(state, dict) and type(state.get("dims")) is int and state["dims"] > 0:
+        declared["state_dim"] = state["dims"]
+    return PolicySpec.from_mapping(declared, source) if declared else None
+
+
+def hello_specs(spec: PolicySpec | None) -> dict[str, Any]:
+    """A served policy's spec in vla-eval's HELLO terms (what a vla-eval orchestrator compares)."""
+    if spec is None:
+        return {}
+    out: dict[str, Any] = {SPEC_KEY: spec.to_mapping()}
+    if spec.action_dim is not None:
+        action: dict[str, Any] = {"name": "actions", "dims": spec.action_dim, "format": "raw"}
+        if spec.action_low is not None and spec.action_high is not None:
+            action["range"] = [min(spec.action_low), max(spec.action_high)]
+        out["action_spec"] = {"actions": action}
+    observation: dict[str, Any] = {}
+    if spec.state_dim is not None:
+        observation["state"] = {"name": "state", "dims": spec.state_dim, "format": "raw"}
+    if spec.required_cameras():
+        observation["image"] = {"name": "image", "dims": 0, "format": "rgb_hwc_uint8"}
+    if observation:
+        out["observation_spec"] = observation
+    return out
+
+
+# ===================================================================== server
+
+
+class VlaEvalServer:
+    """Serve a policy to vla-eval's clients. `await serve(stop)` runs until `stop` is set."""
+
+    def __init__(self, policy: Any, *, host: str = "127.0.0.1", port: int = 0, api_key: str | None = None,
+                 max_batch: int = 1, max_wait_ms: float = 0.0,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_MB * 2**20, spec: PolicySpec | None = None,
+                 image_format: str = "png"):
+        self.policy = policy
+        self.host, self.port, self.api_key = host, port, api_key
+        self.max_message_bytes = max_message_bytes
+        self.image_format = image_format
+        self.worker = PolicyWorker(policy, max_batch=max_batch, max_wait_ms=max_wait_ms)
+        self.worker.active_clients = lambda: self._connections
+        self.hello = {"harness_version": HARNESS_VERSION, "protocol_version": PROTOCOL_VERSION,
+                      "model_server": type(policy).__name__, "capabilities": {"evalfleet": {"max_batch": max_batch}},
+                      **hello_specs(spec)}
+        self._env_ids = itertools.count()
+        self._connections = 0
+        self.bound_port: int | None = None
+
+    def _process_request(self, connection: Any, request: Any) -> Any:
+        if request.path.split("?", 1)[0] == HEALTH_PATH:
+            response = connection.respond(http.HTTPStatus.OK, '{"status": "ok"}\n')
+            del response.headers["Content-Type"]
+            response.headers["Content-Type"] = "application/json"
+            return response
+        if self.api_key:
+            sent = request.headers.get_all("Authorization")
+            expected = f"Api-Key {self.api_key}".encode()
+            if len(sent) != 1 or not hmac.compare_digest(sent[0].encode("utf-8", "replace"), expected):
+                return connection.respond(http.HTTPStatus.UNAUTHORIZED, "missing or wrong API key\n")
+        return None
+
+    async def _handle(self, ws: Any) -> None:
+        import websockets
+
+        env_id = next(self._env_ids)
+        self._connections += 1
+
+        async def reply(msg_type: str, payload: dict[str, Any], seq: int) -> None:
+            await ws.send(pack(msg_type, payload, seq, image_format=self.image_format))
+
+        try:
+            async for frame in ws:
+                try:
+                    msg_type, payload, seq = unpack(frame, max_bytes=self.max_message_bytes)
+                except WireFormatError as exc:
+                    log.warning("bad frame on connection %d: %s", env_id, exc)
+                    await reply("error", {"error": f"bad_request: {exc}"}, 0)
+                    continue
+                try:
+                    if msg_type == "hello":
+                        await reply("hello", self.hello, seq)
+                    elif msg_type == "episode_start":
+                        seed = payload.get("seed", (payload.get("task") or {}).get("seed", 0))
+                        await self.worker.call(self.policy.reset, int(seed) if type(seed) is int else 0, env_id)
+                    elif msg_type == "observation":
+                        action = await self.worker.act(from_vlaeval_observation(payload), env_id)
+                        await reply("action", {"actions": np.asarray(action, dtype=np.float32)}, seq)
+                except websockets.ConnectionClosed:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - the peer is told, the connection stays (as vla-eval)
+                    log.exception("policy error on connection %d", env_id)
+                    what = "observation_failed" if msg_type == "observation" else f"{msg_type}_failed"
+                    await reply("error", {"error": f"{what}: {type(exc).__name__}: {exc}"}, seq)
+        except websockets.ConnectionClosed:
+            pass
+        finally:
+            self._connections -= 1
+
+    async def serve(self, stop: asyncio.Event, ready: Callable[[str, int], None] | None = None) -> None:
+        from websockets.asyncio.server import serve
+
+        async with serve(self._handle, self.host, self.port, process_request=self._process_request,
+                         compression=None, max_size=self.max_message_bytes, ping_interval=None) as server:
+            self.bound_port = server.sockets[0].getsockname()[1]
+            if ready is not None:
+                ready(self.host, self.bound_port)
+            await stop.wait()
+            server.close()
+            await server.wait_closed()
+        await self.worker.aclose()
+
+
+def vlaeval_healthy(host: str, port: int, timeout_s: float = 1.0) -> bool:
+    """True when `GET /health` answers 200."""
+    try:
+        conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+        try:
+            conn.request("GET", HEALTH_PATH)
+            return conn.getresponse().status == 200
+        finally:
+            conn.close()
+    except (OSError, http.client.HTTPException):
+        return False
+
+
+# ===================================================================== client
+
+
+class VlaEvalRemoteOptions(RemoteClientOptions):
+    image_format: str = Field("png", pattern="^(png|raw)$", description="how images travel: png (vla-eval's default) or raw")
+    benchmark: str | None = Field(None, description="the benchmark name sent in HELLO (some servers adapt to it)")
+    action_key: str = "actions"
+    # A vla-eval model server evalfleet starts itself (`vla-eval serve --config ... --address host:port`)
+    vla_eval_config: str | None = Field(None, description="model-server YAML for `vla-eval serve --config`")
+    vla_eval_args: dict[str, Any] = Field(default_factory=dict, description="`--arg KEY=VALUE` overrides")
+
+
+class _Session:
+    """One env's connection: its websocket, the next seq, whether an episode is open."""
+
+    def __init__(self, ws: Any):
+        self.ws = ws
+        self.seq = 0
+        self.in_episode = False
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+
+class VlaEvalRemotePolicy(BasePolicy):
+    """A policy behind a vla-eval model server: one connection per env (so the server batches them),
+    HELLO on connect, `episode_start` at every reset, `episode_end` before the next one and at close.
+    An error frame or a lost connection raises an InfrastructureError: that episode is recorded as
+    `status: error` and retried by the runner, which resets (a fresh connection if the old one is gone)."""
+
+    def __init__(self, options: VlaEvalRemoteOptions, context: Any = None):
+        self.options = options
+        scheme = "" if options.host.startswith(("ws://", "wss://")) else "ws://"
+        self.uri = f"{scheme}{options.host}:{options.port}"
+        self.task = getattr(context, "task", "") or ""
+        self._sessions: dict[int, _Session] = {}
+        self.server_info: dict[str, Any] = {}
+        self._session(0)  # readiness wait + HELLO
+        self.metadata = dict(self.server_info)
+
+    def _open(self) -> _Session:
+        from websockets.exceptions import InvalidStatus, WebSocketException
+        from websockets.sync.client import connect
+
+        from evalfleet.serving.openpi import _connect_compat, api_key_header
+
+        opts = self.options
+        deadline = time.monotonic() + opts.connect_timeout_s
+        backoff = Backoff(initial_s=opts.backoff_s, max_s=opts.backoff_max_s)
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            ws = None
+            try:
+                ws = connect(self.uri, **_connect_compat(connect), open_timeout=max(min(deadline - time.monotonic(), 10.0), 0.05),
+                             compression=None, max_size=int(opts.max_message_mb * 2**20), ping_interval=None,
+                             additional_headers=api_key_header(opts.api_key) if opts.api_key else None)
+                session = _Session(ws)
+                hello: dict[str, Any] = {"harness_version": HARNESS_VERSION, "protocol_version": PROTOCOL_VERSION}
+                if opts.benchmark:
+                    hello["benchmark"] = opts.benchmark
+                ws.send(pack("hello", hello, session.next_seq()))
+                msg_type, payload, _ = unpack(ws.recv(timeout=max(deadline - time.monotonic(), 0.05)),
+                                              max_bytes=int(opts.max_message_mb * 2**20))
+                if msg_type != "hello":
+                    raise RemotePolicyError(f"vla-eval server at {self.uri} answered HELLO with {msg_type}: {payload}")
+                self.server_info = payload
+                return session
+            except InvalidStatus as exc:
+                if exc.response.status_code in (401, 403):
+                    raise AuthenticationError(f"vla-eval server at {self.uri} refused the API key "
+                                              f"(HTTP {exc.response.status_code})", key="policy.api_key") from None
+                last = exc
+            except (OSError, TimeoutError, WebSocketException, WireFormatError) as exc:
+                last = exc
+            if ws is not None:
+                ws.close()
+            if not backoff.sleep(deadline):
+                break
+        raise InfrastructureError(f"vla-eval server at {self.uri} not reachable within {opts.connect_timeout_s:g} s"
+                                  f" (last error: {type(last).__name__}: {last})")
+
+    def _session(self, env_id: int) -> _Session:
+        session = self._sessions.get(env_id)
+        if session is None:
+            session = self._sessions[env_id] = self._open()
+        return session
+
+    def _drop(self, env_id: int) -> None:
+        session = self._sessions.pop(env_id, None)
+        if session is not None:
+            try:
+                session.ws.close()
+            except Exception:  # noqa: BLE001 - it is being thrown away
+                pass
+
+    def _send(self, env_id: int, msg_type: str, payload: dict[str, Any]) -> int:
+        from websockets.exceptions import ConnectionClosed
+
+        session = self._session(env_id)
+        seq = session.next_seq()
+        try:
+            session.ws.send(pack(msg_type, payload, seq, image_format=self.options.image_format))
+        except (ConnectionClosed, OSError) as exc:
+            self._drop(env_id)
+            raise InfrastructureError(f"vla-eval server at {self.uri} lost: {type(exc).__name__}: {exc}") from exc
+        return seq
+
+    def _receive(self, env_id: int, seq: int) -> np.ndarray:
+        from websockets.exceptions import ConnectionClosed
+
+        session = self._sessions.get(env_id)
+        if session is None:
+            raise InfrastructureError(f"vla-eval server at {self.uri}: connection {env_id} was lost")
+        try:
+            msg_type, payload, got = unpack(session.ws.recv(timeout=self.options.request_timeout_s),
+                                            max_bytes=int(self.options.max_message_mb * 2**20))
+        except (ConnectionClosed, OSError, TimeoutError) as exc:
+            self._drop(env_id)
+            raise InfrastructureError(f"vla-eval server at {self.uri} lost: {type(exc).__name__}: {exc}") from exc
+        except WireFormatError as exc:
+            self._drop(env_id)
+            raise RemotePolicyError(f"vla-eval server at {self.uri} sent a frame that does not decode: {exc}") from exc
+        if msg_type == "error":
+            raise RemotePolicyError(f"vla-eval server at {self.uri} reported an error: {payload.get('error', payload)}")
+        if msg_type != "action" or got != seq:
+            self._drop(env_id)  # out of step: start afresh rather than pair the wrong replies
+            raise RemotePolicyError(f"vla-eval server at {self.uri} sent {msg_type} seq {got} for observation seq {seq}")
+        if self.options.action_key not in payload:
+            raise RemotePolicyError(f"vla-eval server at {self.uri} replied without {self.options.action_key!r}"
+                                    f" (keys: {sorted(payload)})")
+        return np.asarray(payload[self.options.action_key])
+
+    def _observation(self, observation: dict[str, Any]) -> dict[str, Any]:
+        mapping = self.options.observation_map
+        if mapping:
+            observation = {mapping.get(k, k): v for k, v in observation.items()}
+        return to_vlaeval_observation(observation)
+
+    # ---- policy protocol
+
+    def declared_spec(self) -> PolicySpec | None:
+        source = f"vla-eval server at {self.uri} (HELLO)"
+        try:
+            return spec_from_hello(self.server_info, source)
+        except ValueError as exc:
+            raise SpecMismatchError(f"{source} declares a spec evalfleet cannot read: {exc}") from None
+
+    def reset(self, episode_seed: int, env_id: int = 0) -> None:
+        session = self._sessions.get(env_id)
+        if session is not None and session.in_episode:
+            self._send(env_id, "episode_end", {})
+        self._send(env_id, "episode_start", {"task": {"name": self.task}, "seed": int(episode_seed)})
+        self._sessions[env_id].in_episode = True
+
+    def act(self, observation: dict[str, Any], env_id: int = 0) -> np.ndarray:
+        return self.act_batch([observation], [env_id])[0]
+
+    def act_batch(self, observations: list[dict[str, Any]], env_ids: list[int]) -> list[np.ndarray]:
+        seqs = [self._send(env_id, "observation", self._observation(obs)) for obs, env_id in zip(observations, env_ids)]
+        results = []
+        try:
+            for env_id, seq in zip(env_ids, seqs):  # all sent first: the server sees them together
+                results.append(self._receive(env_id, seq))
+        except BaseException:
+            for env_id in env_ids[len(results) + 1:]:  # replies still owed on these connections
+                self._drop(env_id)
+            raise
+        return results
+
+    def close(self) -> None:
+        for env_id in list(self._sessions):
+            session = self._sessions[env_id]
+            if session.in_episode:
+                try:
+                    self._send(env_id, "episode_end", {})
+                except InfrastructureError:
+                    pass
+            self._drop(env_id)
+
+
+@POLICIES.register(
+    "vlaeval_remote",
+    options=VlaEvalRemoteOptions,
+    info={"declares_at_connect": "the vla-eval server's HELLO (action/observation specs)"},
+    summary="a policy behind a vla-eval model server (websocket; started by evalfleet when `serve` is given)",
+)
+def make_vlaeval_remote(options: Any, context: Any = None) -> VlaEvalRemotePolicy:
+    return VlaEvalRemotePolicy(validate_options(VlaEvalRemoteOptions, options), context)
+
