@@ -63,7 +63,8 @@ class StepResult:
 class Environment(Protocol):
     """Adapters may also declare `action_low`/`action_high` (bounds of the actions they accept),
     `cameras` (names rendered into `observation/images/<camera>`) and `render(camera, height, width)`
-    (used by video recording)."""
+    (used by video recording), and `reset_takes_episode = True`: the runner then also passes
+    `episode=` (the plan's index) to `reset`, for benchmarks with fixed per-episode initial states."""
 
     action_dim: int
     max_steps: int
