@@ -20,8 +20,7 @@ import numpy as np
 
 from evalfleet.sim.base import StepResult
 from evalfleet.sim.gymnasium_env import noise_rng
-from evalfleet.sim.libero_spec import CAMERAS
-from evalfleet.sim.libero_tasks import configure_libero, get_task, init_states
+from evalfleet.sim.libero_tasks import CAMERAS, configure_libero, get_task, init_states
 from evalfleet.sim.robosuite_env import import_robosuite, seeded_global_numpy
 
 if TYPE_CHECKING:

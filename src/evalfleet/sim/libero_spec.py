@@ -16,13 +16,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from evalfleet.sim.base import ENVIRONMENTS, EnvironmentInfo, VariationInfo
+from evalfleet.sim.libero_tasks import CAMERAS
 
 SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10")
 # The step limits of LIBERO's reference evaluation (openpi's examples/libero/main.py), set from the
 # longest training demonstration of each suite.
 SUITE_MAX_STEPS = {"libero_spatial": 220, "libero_object": 280, "libero_goal": 300, "libero_10": 520}
-# evalfleet camera name → the MuJoCo camera in every LIBERO scene.
-CAMERAS = {"agentview": "agentview", "eye_in_hand": "robot0_eye_in_hand"}
 ACTION_DIM = 7  # OSC_POSE: xyz and axis-angle deltas in [-1, 1], gripper (-1 open, +1 close)
 
 

@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 
 CONFIG_ENV = "LIBERO_CONFIG_PATH"
+# evalfleet camera name → the MuJoCo camera in every LIBERO scene.
+CAMERAS = {"agentview": "agentview", "eye_in_hand": "robot0_eye_in_hand"}
 
 
 def configure_libero() -> None:
