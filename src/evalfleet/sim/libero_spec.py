@@ -1,0 +1,98 @@
+"""Registration of the `libero` environment type: LIBERO's four 10-task suites (robosuite 1.4, MuJoCo).
+
+    environment: {type: libero, suite: libero_spatial, task: 0, cameras: [agentview, eye_in_hand],
+                  camera_size: 128}
+
+Episode i of a Run starts from the task's fixed initial state `i mod 50` (LIBERO's evaluation
+protocol), reached with the episode's seed. Light on purpose: loading an Experiment never imports
+robosuite; sim/libero_env.py does, on first use. Task names are checked against LIBERO's task map
+when LIBERO is installed (a pure-Python read, ~0.1 s; sim/libero_tasks.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from evalfleet.sim.base import ENVIRONMENTS, EnvironmentInfo, VariationInfo
+from evalfleet.sim.libero_tasks import CAMERAS
+
+SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10")
+# The step limits of LIBERO's reference evaluation (openpi's examples/libero/main.py), set from the
+# longest training demonstration of each suite.
+SUITE_MAX_STEPS = {"libero_spatial": 220, "libero_object": 280, "libero_goal": 300, "libero_10": 520}
+ACTION_DIM = 7  # OSC_POSE: xyz and axis-angle deltas in [-1, 1], gripper (-1 open, +1 close)
+
+
+class LiberoOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    suite: Literal[SUITES] = "libero_spatial"  # type: ignore[valid-type]
+    task: int | str = Field(default=0, description="the task's index in the suite (0..9) or its name")
+    max_steps: int | None = Field(default=None, gt=0, le=10_000, description="default: the suite's limit")
+    settle_steps: int = Field(default=10, ge=0, le=1000,
+                              description="no-op steps after the initial state so objects come to rest (not counted)")
+    instruction: str | None = Field(default=None, description="default: the task's own language instruction")
+    cameras: list[Literal[tuple(CAMERAS)]] = Field(default_factory=list)  # type: ignore[valid-type]
+    camera_size: int | tuple[int, int] = Field(default=128, description="pixels, or [height, width]")
+    render_quality: Literal["fast", "default"] = "fast"
+
+    @field_validator("task")
+    @classmethod
+    def index_in_range(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and not 0 <= v < 10:
+            raise ValueError("task index must be 0..9 (each suite has 10 tasks), or the task's name")
+        return v
+
+    @model_validator(mode="after")
+    def task_in_suite(self) -> "LiberoOptions":
+        from evalfleet.sim.libero_tasks import libero_installed, task_index
+
+        if libero_installed():  # otherwise the runner says the extra is missing
+            task_index(self.suite, self.task)
+        return self
+
+    @field_validator("camera_size")
+    @classmethod
+    def positive_size(cls, v: int | tuple[int, int]) -> int | tuple[int, int]:
+        if min(v if isinstance(v, tuple) else (v,)) < 8:
+            raise ValueError("camera_size must be at least 8 pixels")
+        return v
+
+    def image_hw(self) -> tuple[int, int]:
+        return (self.camera_size, self.camera_size) if isinstance(self.camera_size, int) else tuple(self.camera_size)
+
+    def step_limit(self) -> int:
+        return self.max_steps or SUITE_MAX_STEPS[self.suite]
+
+
+VARIATIONS = {
+    v.name: v
+    for v in (
+        VariationInfo(
+            "robot.action_noise",
+            "std of zero-mean Gaussian noise added to every action (actions are in [-1, 1])",
+            {"distribution": "uniform", "low": 0.0, "high": 0.3},
+        ),
+        VariationInfo(
+            "robot.observation_noise",
+            "std of zero-mean Gaussian noise (metres, quaternion units, radians) added to the state vector",
+            {"distribution": "uniform", "low": 0.0, "high": 0.01},
+        ),
+    )
+}
+
+
+def _make_libero(options: Any, builder: dict[str, Any]) -> Any:
+    from evalfleet.sim.libero_env import LiberoEnvironment
+
+    opts = options if isinstance(options, LiberoOptions) else LiberoOptions.model_validate(options)
+    return LiberoEnvironment(opts)
+
+
+ENVIRONMENTS.register(
+    "libero",
+    options=LiberoOptions,
+    summary="LIBERO's suites (libero_spatial/object/goal/10), fixed initial states; needs evalfleet[libero]",
+    info=EnvironmentInfo(variations=VARIATIONS, action_dim=ACTION_DIM),
+)(_make_libero)
