@@ -597,6 +597,15 @@ def limit_parallel_runs(groups: list[dict[str, Any]], runners: list[str], k: int
         runner.setdefault("inputs", []).append({"task": runners[i - k]})
 
 
+def parallel_order(runs: list[str], k: int | None) -> str | None:
+    """The ordering osmo.max_parallel_runs=K gives these Runs, in words (None when it changes nothing)."""
+    if not k or k >= len(runs):
+        return None
+    waits = ", ".join(f"{runs[i]} after {runs[i - k]}" for i in range(k, len(runs)))
+    return (f"osmo.max_parallel_runs={k}: at most {k} Runs at once; {', '.join(runs[:k])} start at once, then each"
+            f" Run's runner takes the runner of the Run {k} before it as input: {waits}")
+
+
 def split(places: list[RunPlacement], max_tasks: int) -> list[list[RunPlacement]]:
     """Pack Run groups in order into workflows of at most `max_tasks` tasks, one collect task each."""
     parts: list[list[RunPlacement]] = [[]]
@@ -753,6 +762,10 @@ class OsmoBackend(BackendBase):
             if len(workflows) > 1:
                 print(f"# {len(workflows)} workflows (more than osmo.max_tasks={settings.max_tasks} tasks in one)",
                       file=sys.stderr)
+            for wf in workflows:
+                order = parallel_order(wf.runs, settings.max_parallel_runs)
+                if order:
+                    print(f"# {wf.name}: {order}", file=sys.stderr)
             stream.write("---\n".join(wf.to_yaml() for wf in workflows))
             return 0
         osmo_executable()  # a missing CLI is an error before anything is written
