@@ -134,7 +134,8 @@ def test_arena_builder_and_runner_keys_are_carried_to_the_runner_task(tmp_path: 
     single = yaml.safe_load(next(c for p, c in files.items() if p.endswith(".yaml")))
     run = single["runs"]["r"]
     assert run["num_rebuilds"] == 2
-    assert run["environment_builder"] == {"num_envs": 1, "episode_conditions_path": "/data/episode_results_rebuild0.jsonl",
+    # Arena's runner gets the keys the file set, not evalfleet's defaults (no num_envs: 1 it never asked for).
+    assert run["environment_builder"] == {"episode_conditions_path": "/data/episode_results_rebuild0.jsonl",
                                           "language_instruction": "Pick up the cube.", "placement_seed": 3,
                                           "env_spacing": 5.0, "device": "cuda:0"}
 

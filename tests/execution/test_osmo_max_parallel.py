@@ -42,3 +42,21 @@ def test_without_the_setting_every_run_starts_at_once(tmp_path: Path) -> None:
     groups = wf.spec["workflow"]["groups"][:-1]
     assert all("inputs" not in g["tasks"][0] for g in groups)
     assert "max_parallel_runs" not in yaml.safe_dump(wf.spec)
+
+
+def test_plan_and_dry_run_state_the_ordering(tmp_path: Path, capsys) -> None:
+    from evalfleet.cli import main
+
+    path = _six_runs(tmp_path)
+    assert main(["plan", str(path), "osmo.max_parallel_runs=2"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "osmo.max_parallel_runs=2: at most 2 Runs at once" in out
+    assert "run2 after run0, run3 after run1, run4 after run2, run5 after run3" in out
+    assert main(["submit", str(path), "--backend", "osmo", "--dry-run", "osmo.max_parallel_runs=2"]) == 0
+    captured = capsys.readouterr()
+    comments = [line for line in captured.err.splitlines() if "max_parallel_runs" in line]
+    assert len(comments) == 1 and comments[0].startswith("# ")
+    assert "run2 after run0, run3 after run1, run4 after run2, run5 after run3" in comments[0]
+    validate_workflow(yaml.safe_load(captured.out))
+    assert main(["plan", str(path)]) == 0
+    assert "max_parallel_runs" not in capsys.readouterr().out

@@ -5,6 +5,10 @@ episode index), so their records pair up by (task, seed) (see `matched_outcomes`
 least half of the smaller arm, the test is the exact McNemar test on the pairs and the difference's interval is
 the paired Wald interval; otherwise a pooled two-proportion z test with Newcombe's score interval. Every test
 reported (per-task and pooled) forms one family for Holm's correction.
+
+Progress (`progress`: a number or Arena's map with `overall_score`) is compared too, per task, where both arms
+carry it: the Wilcoxon signed-rank test on the (task, seed) pairs when they cover enough of the arms, else the
+Mann-Whitney U test; these rows (`outcome: progress`) join the same Holm family.
 """
 
 from __future__ import annotations
@@ -62,6 +66,50 @@ def matched_outcomes(base: ArmData, other: ArmData) -> list[tuple[bool, bool]]:
 
     a, b = index(base), index(other)
     return [(a[k], b[k]) for k in a.keys() & b.keys()]
+
+
+def _scores(arm: ArmData, common: list[str]) -> dict[tuple[Any, ...], float]:
+    from evalfleet.analysis.loading import progress_score
+
+    out = {}
+    for i, rec in enumerate(arm.records):
+        score = progress_score(rec.get("progress"))
+        if score is not None and rec.get("status") != "error":
+            key = _episode_key(rec, common) if rec.get("seed") is not None else ("<no seed>", i)
+            out[key] = score
+    return out
+
+
+def progress_test(base: ArmData, other: ArmData) -> dict[str, Any] | None:
+    """Progress of `other` against `base`: Wilcoxon signed-rank on matched episodes, else Mann-Whitney U.
+    None when either arm has no progress."""
+    from scipy import stats
+
+    common = sorted(base.variation_keys & other.variation_keys)
+    a, b = _scores(base, common), _scores(other, common)
+    if not a or not b:
+        return None
+    keys = [k for k in a if k in b and k[0] != "<no seed>"]
+    row: dict[str, Any] = {"outcome": "progress", "baseline_mean": sum(a.values()) / len(a), "baseline_n": len(a),
+                           "policy_mean": sum(b.values()) / len(b), "policy_n": len(b)}
+    if keys and len(keys) >= PAIRED_MIN_FRACTION * min(len(a), len(b)):
+        diffs = [b[k] - a[k] for k in keys]
+        if all(d == 0 for d in diffs):
+            statistic, p = 0.0, 1.0
+        else:
+            res = stats.wilcoxon(diffs, zero_method="wilcox")
+            statistic, p = float(res.statistic), float(res.pvalue)
+        row.update(test="wilcoxon_signed_rank", pairs=len(keys), difference=sum(diffs) / len(diffs))
+    else:
+        xs, ys = list(a.values()), list(b.values())
+        if len(set(xs + ys)) == 1:
+            statistic, p = 0.0, 1.0
+        else:
+            res = stats.mannwhitneyu(ys, xs, alternative="two-sided")
+            statistic, p = float(res.statistic), float(res.pvalue)
+        row.update(test="mann_whitney_u", difference=row["policy_mean"] - row["baseline_mean"])
+    row.update(statistic=statistic, p_value=p)
+    return row
 
 
 def _rate(s: int, n: int) -> dict[str, Any]:
@@ -144,6 +192,9 @@ def compare(
                 all_paired = False
                 row.update(_test_unpaired(base.successes, base.n, other.successes, other.n))
             rows.append(row)
+            progress = progress_test(base, other)
+            if progress is not None:
+                rows.append({"task": task, "policy": policy, "baseline": baseline, **progress})
         if shared_tasks >= 2:
             row = {"task": "(pooled)", "policy": policy, "baseline": baseline,
                    "baseline_rate": _rate(pooled[0], pooled[1]), "policy_rate": _rate(pooled[2], pooled[3])}
@@ -152,6 +203,8 @@ def compare(
             else:
                 row.update(_test_unpaired(*pooled))
             rows.append(row)
+    for r in rows:
+        r.setdefault("outcome", "success")
     tested = [r for r in rows if r.get("p_value") is not None]
     for r, adj in zip(tested, holm_adjust([r["p_value"] for r in tested])):
         r["p_holm"] = adj
@@ -163,7 +216,8 @@ def compare(
         "correction": "holm",
         "family_size": len(tested),
         "paired_rule": f"exact McNemar on (task, seed) pairs when pairs cover >= {PAIRED_MIN_FRACTION:.0%} of the "
-                       "smaller arm; else pooled two-proportion z test",
+                       "smaller arm; else pooled two-proportion z test; progress: Wilcoxon signed-rank on the same"
+                       " pairs, else Mann-Whitney U",
         "comparisons": rows,
     }
 
@@ -189,6 +243,13 @@ def table_lines(result: dict[str, Any], width: int | None = None) -> list[str]:
 
     rows = []
     for row in result["comparisons"]:
+        if row.get("outcome") == "progress":
+            test = (f"Wilcoxon, {row['pairs']} pairs" if row["test"] == "wilcoxon_signed_rank" else "Mann-Whitney")
+            rows.append([row["task"], row["policy"], f"progress {row['baseline_mean']:.1%} n={row['baseline_n']}",
+                         f"progress {row['policy_mean']:.1%} n={row['policy_n']}", f"{row['difference']:+.1%}",
+                         test, f"{row['p_value']:.3g}", f"{row['p_holm']:.3g}",
+                         "yes" if row["significant"] else "no"])
+            continue
         if row.get("test") is None:
             rows.append([row["task"], row["policy"], rate(row["baseline_rate"]), rate(row["policy_rate"]),
                          "-", "-", "-", "-", f"not tested ({row.get('note', 'no test')})"])

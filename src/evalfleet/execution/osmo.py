@@ -20,6 +20,12 @@ Shape of a rendered workflow (see docs/cluster.md)::
   waits for the server's port, runs ``evalfleet watchdog -- evalfleet runner ...`` into ``{{output}}``,
   writes ``<run>/run_status.json`` (failed + reason when the watchdog gave up) and always exits 0, so the
   collect task runs even when a Run failed. Exit 3006 (OSMO's FAILED_PREEMPTED) is rescheduled.
+* A Run whose environment is an Isaac Lab Arena type (an external type, see experiment/validation.py) runs
+  Arena's own runner instead (see `arena_runner_script`): in `experiment_runner.image`, under evalfleet's
+  watchdog judging liveness from the files Arena's runner writes, each attempt into its own folder
+  ``{{output}}/arena_attempts/attempt-<NNN>`` (Arena's runner wants an empty one, and a restart then keeps what
+  an earlier attempt recorded); the task leaves ``<run>/run_status.json`` (what each attempt did, what a
+  restart reran) and Arena's ``experiment_runner_result.json``, and exits 0.
 * The server task runs the binding's `ServerCommand.shell()` bound to 0.0.0.0 on the binding's port.
 * The collect task runs ``evalfleet collect {{input:0}} ... --output <osmo.output_url>`` (``{{workflow_id}}``
   is left for OSMO to fill in); without `osmo.output_url` it collects into its own ``{{output}}``.
@@ -41,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import re
 import shlex
 import shutil
@@ -277,6 +284,166 @@ def runner_script(run: str, task: str, policy: str, planned: int | None, server_
     return "\n".join(lines)
 
 
+# ============================================================================ Arena Runs
+
+ARENA_RUNNER_SCRIPT = "isaaclab_arena/evaluation/experiment_runner.py"  # relative to the image's work dir
+ARENA_RESULT_FILE = "experiment_runner_result.json"  # what Arena's collector reads in a runner's output
+ARENA_ATTEMPTS_DIR = "arena_attempts"  # {{output}}/arena_attempts/attempt-<NNN>: one Arena output per attempt
+ATTEMPT_FOLDER = "attempt-{attempt:03d}"  # zero-padded: collect reads the attempts in name order = launch order
+
+
+def is_arena_run(run: Any) -> bool:
+    """A Run whose environment is an Isaac Lab Arena type: no evalfleet runner can build it, Arena's can."""
+    from evalfleet.experiment.validation import is_external_type
+    from evalfleet.sim.base import ENVIRONMENTS
+
+    name = run.environment.type
+    return ENVIRONMENTS.get(name) is None and is_external_type(name, ENVIRONMENTS.names())
+
+
+def arena_run_document(loaded: Any, run: str, policy: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The single-Run file Arena's runner reads: only the keys the user's file (shared + Run + overrides) set,
+    in Arena's own names (evalfleet's defaults such as `recording` or `max_attempts` mean nothing to Arena);
+    the policy as wired to its server task. A literal secret is there only as the variable it travels in
+    (`<key>_env`); `arena-config` puts the value back inside the task."""
+    dumped = loaded.experiment.runs[run].model_dump(mode="json", exclude_none=True, exclude_unset=True)
+    if policy is not None:
+        dumped["policy"] = policy
+    return {"runs": {run: _secrets_as_variables(dumped, f"runs.{run}")}}
+
+
+def _secrets_as_variables(node: Any, path: str) -> Any:
+    """Every literal secret (`api_key`, Arena's `remote_api_token`, ...) → `<key>_env: <variable>`."""
+    from evalfleet.secrets import env_name
+
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            where = f"{path}.{key}"
+            if looks_secret(str(key)) and not str(key).endswith("_env") and isinstance(value, str) and value:
+                out[f"{key}_env"] = env_name(where)
+            else:
+                out[key] = _secrets_as_variables(value, where)
+        return out
+    if isinstance(node, list):
+        return [_secrets_as_variables(v, f"{path}[{i}]") for i, v in enumerate(node)]
+    return node
+
+
+def arena_planned_episodes(run: Any) -> int | None:
+    """Episodes Arena's runner records for the Run: num_episodes in each of its num_rebuilds builds."""
+    n = run.rollout_limit.num_episodes
+    return None if n is None else n * (run.num_rebuilds or 1)
+
+
+def arena_runner_command(settings: Any, config: str, output: str) -> list[str]:
+    """Arena's documented runner command line (osmo/tasks/experiment_runner_task.py)."""
+    argv = [settings.python, ARENA_RUNNER_SCRIPT, "--experiment_config", config, "--experiment_output_directory",
+            output, "--viz", "none", "--enable_cameras"]
+    if settings.record_camera_video:
+        argv.append("--record_camera_video")
+    if settings.record_viewport_video:
+        argv.append("--record_viewport_video")
+    return argv
+
+
+def arena_attempt_script(settings: Any) -> str:
+    """One attempt: Arena's runner into this attempt's own folder, its log beside it (the watchdog's liveness
+    reads both). $OUT, $TASK_DIR and EVALFLEET_ATTEMPT come from run.sh and the watchdog."""
+    argv = arena_runner_command(settings, "$TASK_DIR/arena_experiment.yaml", "$DIR")
+    line = " ".join(f'"{a}"' if a.startswith("$") else shlex.quote(a) for a in argv)
+    return "\n".join([
+        "#!/bin/bash",
+        "# one attempt of Arena's runner: a fresh output folder per attempt, so a restart keeps what came before",
+        "set -u -o pipefail",
+        f'DIR="$OUT/{ARENA_ATTEMPTS_DIR}/attempt-$(printf %03d "${{EVALFLEET_ATTEMPT:-1}}")"',
+        f'mkdir -p "$OUT/{ARENA_ATTEMPTS_DIR}"',
+        f'{line} 2>&1 | tee "$DIR.log"',
+        "",
+    ])
+
+
+def _heredoc(path: str, text: str) -> list[str]:
+    return [f"cat > {path} <<'EVALFLEET_EOF'", text, "EVALFLEET_EOF"]
+
+
+def arena_runner_script(run: str, task: str, policy: str, planned: int | None, server_host: str | None,
+                        server_port: int | None, settings: Any, metadata: dict[str, Any]) -> str:
+    """run.sh of an Arena Run's runner task. Always exits 0 and leaves <run>/run_status.json and Arena's
+    experiment_runner_result.json, also when evalfleet cannot be found in the image."""
+    q = shlex.quote
+    attempts = f"$OUT/{ARENA_ATTEMPTS_DIR}"
+    liveness = [f"{attempts}/{ATTEMPT_FOLDER}/**", f"{attempts}/{ATTEMPT_FOLDER}.log"]
+    missing = "evalfleet is not installed in experiment_runner.image (its watchdog supervises Arena's runner):" \
+        " install it there or set experiment_runner.evalfleet_pip"
+    lines = [
+        "#!/bin/bash",
+        "# evalfleet runner task, Isaac Lab Arena Run: evalfleet's watchdog -> Arena's experiment_runner.py;",
+        "# always exits 0 and leaves <run>/run_status.json and experiment_runner_result.json.",
+        "set -u",
+        "OUT={{output}}",
+        f"TASK_DIR={q(TASK_DIR)}",
+        f"RUN={q(run)}",
+        f"ARENA_PY={q(settings.python)}",
+        "export OUT TASK_DIR",
+        'mkdir -p "$OUT/$RUN"',
+    ]
+    if server_host is not None:
+        lines += [
+            f"SERVER_HOST={q(server_host)}",
+            f"SERVER_PORT={q(str(server_port))}",
+            f"for _ in $(seq {SERVER_WAIT_S // 2}); do",
+            '  (exec 3<>"/dev/tcp/$SERVER_HOST/$SERVER_PORT") 2>/dev/null && break',
+            "  sleep 2",
+            "done",
+        ]
+    lines += [
+        'EF_PY=""',
+        'for candidate in python3 python "$ARENA_PY"; do',
+        '  if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c "import evalfleet" 2>/dev/null; then',
+        '    EF_PY=$(command -v "$candidate"); break',
+        "  fi",
+        "done",
+    ]
+    if settings.evalfleet_pip:
+        lines += [
+            'if [ -z "$EF_PY" ] && "$ARENA_PY" -m pip install --quiet ' + q(settings.evalfleet_pip) +
+            ' && "$ARENA_PY" -c "import evalfleet"; then EF_PY="$ARENA_PY"; fi',
+        ]
+    lines += ['if [ -z "$EF_PY" ]; then', f"  echo {q('evalfleet: ' + missing)} >&2"]
+    # (a heredoc's end line must start at column 0)
+    lines += [x for x in _heredoc('"$OUT/$RUN/run_status.json"', json.dumps(
+        {"run": run, "task": task, "policy": policy, "planned_episodes": planned, "state": "failed",
+         "reason": missing}))]
+    lines += [x for x in _heredoc(f'"$OUT/{ARENA_RESULT_FILE}"', json.dumps(
+        {"execution_status": "failed", "process_exit_code": 127, "runs": metadata}))]
+    lines += ["  exit 0", "fi"]
+    watchdog = [
+        '"$EF_PY"', "-m", "evalfleet.execution.watchdog",
+        "--startup-timeout", f"{settings.startup_grace_s:g}", "--stall-timeout", f"{settings.stall_s:g}",
+        "--max-restarts", str(settings.max_restarts), "--backoff", f"{settings.restart_backoff_s:g}",
+        "--heartbeat", '"$TASK_DIR/heartbeat.json"', "--status-file", '"$TASK_DIR/watchdog_status.json"',
+    ]
+    for pattern in liveness:
+        watchdog += ["--liveness-from-files", f'"{pattern}"']
+    watchdog += ["--", "bash", '"$TASK_DIR/arena_attempt.sh"']
+    lines += [
+        '"$EF_PY" -m evalfleet.execution.osmo arena-config --template "$TASK_DIR/experiment.yaml"'
+        ' --output "$TASK_DIR/arena_experiment.yaml"',
+        "RC=$?",
+        'if [ "$RC" -eq 0 ]; then',
+        "  " + " ".join(watchdog),
+        "  RC=$?",
+        "fi",
+        '"$EF_PY" -m evalfleet.execution.osmo finish-arena-run --output "$OUT" --run "$RUN" --exit-code "$RC"'
+        f" --task {q(task)} --policy {q(policy)}" + (f" --planned {int(planned)}" if planned is not None else "")
+        + ' --watchdog-status "$TASK_DIR/watchdog_status.json"' + f" --runs-metadata {q(json.dumps(metadata))}",
+        "exit 0",
+        "",
+    ]
+    return "\n".join(lines)
+
+
 def _resource(settings: OsmoSettings) -> dict[str, Any]:
     res: dict[str, Any] = {"cpu": settings.cpus, "gpu": settings.gpus, "memory": settings.memory,
                            "storage": settings.storage}
@@ -322,16 +489,28 @@ def render_group(loaded: Any, p: RunPlacement, settings: OsmoSettings) -> dict[s
             "exitActions": {"RESCHEDULE": PREEMPTED_EXIT},
             **credentials,
         }
-    document = run_document(loaded, p.run, policy)
+    image = settings.image
+    if is_arena_run(run):
+        arena = backend_settings("experiment_runner", loaded.backend_settings)
+        document = arena_run_document(loaded, p.run, policy)
+        credentials = secret_credentials(document["runs"][p.run]["policy"], settings)
+        metadata = {p.run: {"environment": run.environment.type, "policy": run.policy.type}}
+        script = arena_runner_script(p.run, rp.task, rp.policy, arena_planned_episodes(run), host, port, arena,
+                                     metadata)
+        extra_files = [{"path": f"{TASK_DIR}/arena_attempt.sh", "contents": arena_attempt_script(arena)}]
+        image = arena.image
+    else:
+        document = run_document(loaded, p.run, policy)
+        script = runner_script(p.run, rp.task, rp.policy, rp.num_episodes, host, port)
+        extra_files = []
     experiment_yaml = yaml.safe_dump(document, sort_keys=False, width=10**9, allow_unicode=True)
-    script = runner_script(p.run, rp.task, rp.policy, rp.num_episodes, host, port)
     tasks.append({
         "name": p.runner,
         "lead": True,
-        "image": settings.image,
+        "image": image,
         "command": ["bash", f"{TASK_DIR}/run.sh"],
         "files": [{"path": f"{TASK_DIR}/run.sh", "contents": script},
-                  {"path": f"{TASK_DIR}/experiment.yaml", "contents": experiment_yaml}],
+                  {"path": f"{TASK_DIR}/experiment.yaml", "contents": experiment_yaml}, *extra_files],
         "resource": "default",
         "exitActions": {"RESCHEDULE": PREEMPTED_EXIT},
         **credentials,
@@ -418,6 +597,15 @@ def limit_parallel_runs(groups: list[dict[str, Any]], runners: list[str], k: int
         runner.setdefault("inputs", []).append({"task": runners[i - k]})
 
 
+def parallel_order(runs: list[str], k: int | None) -> str | None:
+    """The ordering osmo.max_parallel_runs=K gives these Runs, in words (None when it changes nothing)."""
+    if not k or k >= len(runs):
+        return None
+    waits = ", ".join(f"{runs[i]} after {runs[i - k]}" for i in range(k, len(runs)))
+    return (f"osmo.max_parallel_runs={k}: at most {k} Runs at once; {', '.join(runs[:k])} start at once, then each"
+            f" Run's runner takes the runner of the Run {k} before it as input: {waits}")
+
+
 def split(places: list[RunPlacement], max_tasks: int) -> list[list[RunPlacement]]:
     """Pack Run groups in order into workflows of at most `max_tasks` tasks, one collect task each."""
     parts: list[list[RunPlacement]] = [[]]
@@ -461,7 +649,8 @@ def render_workflows(loaded: Any, settings: OsmoSettings | None = None) -> list[
     for i, part in enumerate(parts, 1):
         name = base if len(parts) == 1 else f"{base}-part{i}"
         part_doc = loaded.resolved_document()
-        part_doc["runs"] = {p.run: part_doc["runs"][p.run] for p in part}
+        # Any literal secret (not only api_key, e.g. Arena's remote_api_token) as the variable it would travel in.
+        part_doc["runs"] = {p.run: _secrets_as_variables(part_doc["runs"][p.run], f"runs.{p.run}") for p in part}
         full_yaml = yaml.safe_dump(part_doc, sort_keys=False, width=10**9, allow_unicode=True)
         groups = [render_group(loaded, p, settings) for p in part]
         limit_parallel_runs(groups, [p.runner for p in part], settings.max_parallel_runs)
@@ -573,6 +762,10 @@ class OsmoBackend(BackendBase):
             if len(workflows) > 1:
                 print(f"# {len(workflows)} workflows (more than osmo.max_tasks={settings.max_tasks} tasks in one)",
                       file=sys.stderr)
+            for wf in workflows:
+                order = parallel_order(wf.runs, settings.max_parallel_runs)
+                if order:
+                    print(f"# {wf.name}: {order}", file=sys.stderr)
             stream.write("---\n".join(wf.to_yaml() for wf in workflows))
             return 0
         osmo_executable()  # a missing CLI is an error before anything is written
@@ -619,6 +812,93 @@ def finish_run(output: Path, run: str, exit_code: int, *, task: str | None = Non
     return fields
 
 
+def write_arena_config(template: Path, output: Path) -> None:
+    """Arena's runner reads secrets from its file, not from variables: `<key>_env: NAME` → `<key>: $NAME`.
+    Written inside the task only (never into {{output}})."""
+    from evalfleet.secrets import resolve
+
+    def put_back(node: Any, path: str) -> Any:
+        if isinstance(node, dict):
+            out: dict[str, Any] = {}
+            for key, value in node.items():
+                bare = str(key)[:-4] if str(key).endswith("_env") else None
+                if bare and looks_secret(bare) and isinstance(value, str):
+                    out[bare] = resolve(None, value, key=f"{path}.{bare}")
+                else:
+                    out[key] = put_back(value, f"{path}.{key}")
+            return out
+        if isinstance(node, list):
+            return [put_back(v, f"{path}.{i}") for i, v in enumerate(node)]
+        return node
+
+    doc = put_back(yaml.safe_load(template.read_text(encoding="utf-8")), "experiment")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        yaml.safe_dump(doc, f, sort_keys=False, width=10**9, allow_unicode=True)
+
+
+def _arena_attempt_records(folder: Path, run: str) -> int:
+    """Complete lines in one attempt's Arena record files of `run`."""
+    from evalfleet.analysis.loading import arena_file_order
+
+    run_dir = folder / run
+    if not run_dir.is_dir():
+        return 0
+    total = 0
+    for path in run_dir.iterdir():
+        if path.is_file() and arena_file_order(path.name):
+            total += path.read_bytes().count(b"\n")
+    return total
+
+
+def finish_arena_run(output: Path, run: str, exit_code: int, *, task: str | None = None,
+                     policy: str | None = None, planned: int | None = None, watchdog_status: Path | None = None,
+                     metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+    """After the watchdog over Arena's runner: `<output>/<run>/run_status.json` (state, reason, every attempt
+    with its outcome and the episodes it recorded, what a restart reran) and Arena's
+    `<output>/experiment_runner_result.json` ({execution_status, process_exit_code, runs})."""
+    from evalfleet.execution.output_dir import write_run_status
+
+    watchdog: dict[str, Any] = {}
+    if watchdog_status is not None:
+        try:
+            loaded = json.loads(watchdog_status.read_text())
+            watchdog = loaded if isinstance(loaded, dict) else {}
+        except (OSError, ValueError):
+            watchdog = {}
+    attempts = []
+    for a in watchdog.get("attempts") or []:
+        if not isinstance(a, dict) or not isinstance(a.get("attempt"), int):
+            continue
+        folder = f"{ARENA_ATTEMPTS_DIR}/{ATTEMPT_FOLDER.format(attempt=a['attempt'])}"
+        attempts.append({"attempt": a["attempt"], "folder": folder, "outcome": a.get("outcome"),
+                         "reason": a.get("reason"), "exit_code": a.get("exit_code"),
+                         "episodes_recorded": _arena_attempt_records(output / folder, run)})
+    reran = None
+    if len(attempts) > 1:
+        earlier = ", ".join(f"attempt {a['attempt']} ({a['outcome']}, {a['episodes_recorded']} episodes kept in"
+                            f" {a['folder']})" for a in attempts[:-1])
+        reran = (f"Arena's runner does not resume: {len(attempts) - 1} restart(s) reran the Run from its first"
+                 f" episode; {earlier}; collect reads every attempt, a later attempt's record of an episode wins")
+    reason = None
+    if exit_code != 0:
+        detail = watchdog.get("reason")
+        reason = f"watchdog gave up (exit code {exit_code})" + (f": {detail}" if detail else "")
+    state = "completed" if exit_code == 0 else "failed"
+    fields = {"task": task, "policy": policy, "planned_episodes": planned, "state": state, "reason": reason,
+              "runner": "isaaclab_arena experiment_runner.py", "restarts": max(len(attempts) - 1, 0),
+              "attempts": attempts, "reran": reran}
+    (output / run).mkdir(parents=True, exist_ok=True)
+    write_run_status(output, run, **fields)
+    last = attempts[-1]["exit_code"] if attempts else None
+    process_exit = exit_code if last is None else last
+    result = {"execution_status": state, "process_exit_code": int(process_exit) if exit_code else 0,
+              "runs": metadata or {}}
+    (output / ARENA_RESULT_FILE).write_text(json.dumps(result) + "\n", encoding="utf-8")
+    return {"run": run, **fields}
+
+
 def _main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -632,9 +912,34 @@ def _main(argv: list[str] | None = None) -> int:
     f.add_argument("--policy")
     f.add_argument("--planned", type=int)
     f.add_argument("--watchdog-status")
+    a = sub.add_parser("finish-arena-run", help="write run_status.json and experiment_runner_result.json"
+                       " after Arena's runner (inside an Arena Run's runner task)")
+    for flag in ("--output", "--run"):
+        a.add_argument(flag, required=True)
+    a.add_argument("--exit-code", type=int, required=True)
+    a.add_argument("--task")
+    a.add_argument("--policy")
+    a.add_argument("--planned", type=int)
+    a.add_argument("--watchdog-status")
+    a.add_argument("--runs-metadata", default="{}")
+    c = sub.add_parser("arena-config", help="the single-Run file for Arena's runner, secrets put back from the"
+                       " variables they travel in")
+    c.add_argument("--template", required=True)
+    c.add_argument("--output", required=True)
     args = parser.parse_args(argv)
-    finish_run(Path(args.output), args.run, args.exit_code, task=args.task, policy=args.policy,
-               planned=args.planned, watchdog_status=Path(args.watchdog_status) if args.watchdog_status else None)
+    status = Path(args.watchdog_status) if getattr(args, "watchdog_status", None) else None
+    if args.action == "finish-run":
+        finish_run(Path(args.output), args.run, args.exit_code, task=args.task, policy=args.policy,
+                   planned=args.planned, watchdog_status=status)
+    elif args.action == "finish-arena-run":
+        finish_arena_run(Path(args.output), args.run, args.exit_code, task=args.task, policy=args.policy,
+                         planned=args.planned, watchdog_status=status, metadata=json.loads(args.runs_metadata))
+    else:
+        try:
+            write_arena_config(Path(args.template), Path(args.output))
+        except UserError as exc:
+            print(f"evalfleet: error: {exc.line()}", file=sys.stderr)
+            return 2
     return 0
 
 

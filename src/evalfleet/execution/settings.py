@@ -123,8 +123,13 @@ class ExperimentRunnerSettings(BaseModel):
                                    " (Isaac Sim's cold start)")
     stall_s: float = Field(default=900.0, gt=0, description="silence allowed after output began, then restart")
     max_restarts: int = Field(default=2, ge=0, description="restarts of a crashed or stalled runner")
+    restart_backoff_s: float = Field(default=30.0, ge=0, description="wait before the first restart (doubles)")
+    python: str = Field(default="/isaac-sim/python.sh", description="the Python that runs Arena's runner in the"
+                        " image")
+    evalfleet_pip: str | None = Field(default=None, description="pip requirement installed with `python` when"
+                                      " the image lacks evalfleet (its watchdog supervises Arena's runner)")
 
-    @field_validator("image")
+    @field_validator("image", "python")
     @classmethod
     def non_empty(cls, v: str) -> str:
         if not str(v).strip():

@@ -1,7 +1,8 @@
 """The watchdog: supervise a runner process, restart it when it stalls or dies, stop it cleanly.
 
     evalfleet watchdog [--startup-timeout S] [--stall-timeout S] [--max-restarts N] [--heartbeat FILE]
-                       [--poll S] [--term-grace S] [--backoff S] [--backoff-max S] [--status-file FILE] -- CMD ...
+                       [--poll S] [--term-grace S] [--backoff S] [--backoff-max S] [--status-file FILE]
+                       [--liveness-from-files GLOB ...] -- CMD ...
 
 CMD runs in its own process group (a new session) with its output going where the watchdog's goes. It learns the
 heartbeat path from the environment variable EVALFLEET_HEARTBEAT and its attempt number (1, 2, ...) from
@@ -33,6 +34,12 @@ Exit codes:
 --status-file FILE gets, atomically, {"state": "running|completed|failed|stopped", "reason", "restarts",
 "attempts": [...]} whenever the state changes (see docs/watchdog.md for the attempt fields).
 
+--liveness-from-files GLOB (repeatable) is for a child that writes no heartbeat, such as Isaac Lab Arena's own
+runner: the watchdog makes the heartbeat itself from the files matching the globs (records, videos, logs), with
+steps = their total size and episodes = how many are not empty, state "running" once any byte exists. Here growth
+of output IS progress. "{attempt}" in a glob is this attempt's number (Python format: "{attempt:03d}"), so files
+of earlier attempts never count.
+
 From Python (e.g. a local backend running shards in threads): `supervise(cmd, heartbeat_path, config, ...)`
 returns a `WatchdogResult`; set the `stop_event` you passed to stop everything.
 """
@@ -41,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import glob
 import os
 import shutil
 import signal
@@ -423,6 +431,28 @@ class WatchdogResult:
         return EXIT_GAVE_UP
 
 
+def files_heartbeat(patterns: Sequence[str], attempt: int) -> dict:
+    """A heartbeat made from output files (for a child that writes none): steps = bytes in the files matching
+    `patterns` ("{attempt}" filled in; `**` recursive), episodes = how many of them are not empty."""
+    size = nonempty = 0
+    seen: set[str] = set()
+    for pattern in patterns:
+        for path in glob.glob(pattern.format(attempt=attempt), recursive=True):
+            if path in seen:
+                continue
+            seen.add(path)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if not os.path.isfile(path):
+                continue
+            size += st.st_size
+            nonempty += st.st_size > 0
+    return {"pid": 0, "steps": size, "episodes": nonempty, "time": time.time(),
+            "state": "running" if size else "starting", "attempt": attempt}
+
+
 def heartbeat_is_current(beat: dict, attempt: int, launched_wall: float) -> bool:
     """False for a heartbeat written by another attempt (or, lacking "attempt", written before this launch)."""
     if "attempt" in beat and beat["attempt"] not in (0, attempt):
@@ -453,6 +483,7 @@ class Watchdog:
         stop_event: threading.Event | None = None,
         log: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        liveness_files: Sequence[str] = (),
     ):
         if not cmd:
             raise ValueError("the command to supervise is empty")
@@ -467,6 +498,7 @@ class Watchdog:
         self.stop_event = stop_event or threading.Event()
         self.log = log or (lambda line: print(f"evalfleet watchdog: {line}", file=sys.stderr, flush=True))
         self.clock = clock
+        self.liveness_files = [str(p) for p in liveness_files]  # globs: the heartbeat is made from these files
         self.machine = WatchdogStateMachine(self.config)
         self.stop_signal: int | None = None  # set from a signal handler: plain assignment only
         self._proc: subprocess.Popen | None = None
@@ -609,8 +641,12 @@ class Watchdog:
         self._signal_group(signal.SIGKILL)
 
     def _read_heartbeat(self) -> dict | None:
-        beat = read_heartbeat(self.heartbeat_path)
         current = self.machine.current
+        if self.liveness_files and current is not None:
+            beat = files_heartbeat(self.liveness_files, current.attempt)
+            write_json_atomic(self.heartbeat_path, beat)  # for whoever looks: what the watchdog judged
+            return beat
+        beat = read_heartbeat(self.heartbeat_path)
         if beat is None or current is None:
             return None
         if not heartbeat_is_current(beat, current.attempt, self._launched_wall):
@@ -668,6 +704,7 @@ def supervise(
     status_file: str | os.PathLike | None = None,
     stop_event: threading.Event | None = None,
     log: Callable[[str], None] | None = None,
+    liveness_files: Sequence[str] = (),
 ) -> WatchdogResult:
     """Run `cmd` under the watchdog until it completes, is given up, or `stop_event` is set. Safe to call from a
     thread (no signal handlers are installed). `stdout`/`stderr`: as for Popen (None = inherit)."""
@@ -682,6 +719,7 @@ def supervise(
         status_file=status_file,
         stop_event=stop_event,
         log=log,
+        liveness_files=liveness_files,
     ).run()
 
 
@@ -718,6 +756,9 @@ def add_watchdog_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"longest wait between relaunches (default {d.backoff_max:g})")
     parser.add_argument("--status-file", metavar="FILE", default=None,
                         help="write the watchdog state, reason and attempts here as JSON")
+    parser.add_argument("--liveness-from-files", metavar="GLOB", action="append", default=[],
+                        help="judge liveness from the growth of files matching GLOB (repeatable; {attempt} is the"
+                             " attempt number) instead of a heartbeat the child writes")
     parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the command to supervise")
 
 
@@ -759,6 +800,12 @@ def command_from_args(args: argparse.Namespace) -> list[str]:
 def watchdog_command(args: argparse.Namespace) -> int:
     """Handler of `evalfleet watchdog`. Installs SIGTERM/SIGINT handlers (main thread only)."""
     config = config_from_args(args)
+    for pattern in getattr(args, "liveness_from_files", None) or ():
+        try:
+            pattern.format(attempt=1)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise UserError(f"{pattern!r} is not a glob with an optional {{attempt}} ({exc}); write literal braces"
+                            " as {{ and }}", where="command line", key="--liveness-from-files") from None
     cmd = command_from_args(args)
     tmpdir = None
     if args.heartbeat:
@@ -766,7 +813,8 @@ def watchdog_command(args: argparse.Namespace) -> int:
     else:
         tmpdir = tempfile.mkdtemp(prefix="evalfleet-watchdog-")
         heartbeat = Path(tmpdir) / "heartbeat.json"
-    watchdog = Watchdog(cmd, heartbeat, config, status_file=args.status_file)
+    watchdog = Watchdog(cmd, heartbeat, config, status_file=args.status_file,
+                        liveness_files=getattr(args, "liveness_from_files", None) or ())
 
     def on_signal(signum: int, frame: Any) -> None:
         watchdog.stop_signal = signum  # the loop notices within one poll

@@ -88,7 +88,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         json.dump(plan.to_json(), sys.stdout, indent=1)
         print()
         return 0
-    for line in plan_lines(loaded.experiment.name, plan, output_width()):
+    from evalfleet.execution.settings import backend_settings
+
+    k = backend_settings("osmo", loaded.backend_settings).max_parallel_runs
+    for line in plan_lines(loaded.experiment.name, plan, output_width(), max_parallel_runs=k):
         print(line)
     return 0
 
@@ -97,7 +100,7 @@ FREE_PORT = "FREE_PORT"
 _PORT_FLAG = re.compile(r"(--[\w.-]*port)([= ])(\d+)\b")
 
 
-def plan_lines(name: str, plan, width: int) -> list[str]:  # noqa: ANN001
+def plan_lines(name: str, plan, width: int, *, max_parallel_runs: int | None = None) -> list[str]:  # noqa: ANN001
     """The plan as text lines for `width` columns: Run names whole, commands wrapped between arguments."""
     from evalfleet.textlayout import Column, command_lines, table_lines, wrap_fields
 
@@ -110,6 +113,11 @@ def plan_lines(name: str, plan, width: int) -> list[str]:  # noqa: ANN001
                      str(sum(1 for s in plan.shards if s.run == rp.name)), ", ".join(rp.samplers) or "-"])
     lines = table_lines(columns, rows, width, title=f"{name}: {plan.total_episodes} episodes, {len(plan.shards)} shards")
     lines.extend(spec_check_lines(plan, width))
+    from evalfleet.execution.osmo import parallel_order
+
+    order = parallel_order(list(plan.runs), max_parallel_runs)
+    if order:
+        lines.extend(wrap_fields(order.split(" "), width, gap=" ", hanging="  "))
     if not plan.servers:
         return [*lines, "servers: none needed"]
     lines.append("")

@@ -112,40 +112,8 @@ def _summary_table(result: dict[str, Any]) -> str:
     )
 
 
-def _criterion_met(value: Any) -> bool | None:
-    """Whether one of Arena's progress criteria was met: a bool, or a map with complete/completed/met."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, dict):
-        for key in ("complete", "completed", "is_complete", "met", "satisfied", "success"):
-            if isinstance(value.get(key), bool):
-                return value[key]
-    return None
-
-
-def progress_summary(records: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Mean progress and, for Arena's progress maps, how many episodes met each criterion (in the order the
-    criteria first appear: a funnel). None when no record carries progress."""
-    from evalfleet.analysis.loading import progress_score
-
-    scores, complete, funnel, n = [], 0, {}, 0
-    for rec in records:
-        if rec.get("status") == "error":
-            continue
-        progress = rec.get("progress")
-        score = progress_score(progress)
-        if score is None:
-            continue
-        n += 1
-        scores.append(score)
-        if isinstance(progress, dict):
-            complete += bool(progress.get("all_complete"))
-            for name, value in (progress.get("criteria_by_name") or {}).items():
-                met = _criterion_met(value)
-                funnel[str(name)] = funnel.get(str(name), 0) + bool(met)
-    if not n:
-        return None
-    return {"episodes": n, "mean": sum(scores) / n, "all_complete": complete, "criteria": funnel}
+# The progress summary lives with the rest of a Run's summary (experiment_result.json); the report shows it.
+from evalfleet.outputs.summary import criterion_met as _criterion_met, progress_summary  # noqa: E402,F401
 
 
 def _progress_section(runs: list[Any]) -> str:

@@ -35,6 +35,44 @@ def success_rate(successes: int, decided: int) -> tuple[float | None, list[float
     return successes / decided, [lo, hi]
 
 
+def criterion_met(value: Any) -> bool | None:
+    """Whether one of Arena's progress criteria was met: a bool, or a map with complete/completed/met."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, dict):
+        for key in ("complete", "completed", "is_complete", "met", "satisfied", "success"):
+            if isinstance(value.get(key), bool):
+                return value[key]
+    return None
+
+
+def progress_summary(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Mean progress of a Run's decided episodes and, for Arena-shaped progress maps, how many episodes met each
+    criterion (in the order the criteria first appear: a funnel) and which fraction did. None when no record
+    carries progress."""
+    from evalfleet.analysis.loading import progress_score
+
+    scores, complete, funnel, n = [], 0, {}, 0
+    for rec in records:
+        if rec.get("status") == "error":
+            continue
+        progress = rec.get("progress")
+        score = progress_score(progress)
+        if score is None:
+            continue
+        n += 1
+        scores.append(score)
+        if isinstance(progress, dict):
+            complete += bool(progress.get("all_complete"))
+            for name, value in (progress.get("criteria_by_name") or {}).items():
+                funnel[str(name)] = funnel.get(str(name), 0) + bool(criterion_met(value))
+    if not n:
+        return None
+    return {"episodes": n, "mean": sum(scores) / n, "all_complete": complete,
+            "all_complete_fraction": complete / n, "criteria": funnel,
+            "criteria_fraction": {name: met / n for name, met in funnel.items()}}
+
+
 def summarise_run(name: str, records: list[dict[str, Any]], status: dict[str, Any] | None,
                   *, records_file: str | None = None, set_aside: SetAside | None = None) -> dict[str, Any]:
     """One Run's entry in experiment_result.json. `records` are the ones that count (records.RunRecords: one
@@ -118,6 +156,12 @@ def summarise_run(name: str, records: list[dict[str, Any]], status: dict[str, An
         "records_file": records_file or f"{name}/episode_results.jsonl",
         "backend_state": state,
     }
+    progress = progress_summary(records)
+    if progress is not None:
+        summary["progress"] = progress
+    for key in ("restarts", "reran"):  # an Arena Run's task says what a restart of Arena's runner reran
+        if status.get(key):
+            summary[key] = status[key]
     if set_aside.total:
         notes.append(set_aside.describe())
     summary["set_aside"] = set_aside.to_json()

@@ -34,7 +34,7 @@ class EpisodeRecord:
     error: str | None = None
     video: dict[str, str] | None = None
     policy_latency_ms: float | None = None
-    progress: float | None = None
+    progress: float | dict[str, Any] | None = None  # a number in 0..1, or Arena's map (overall_score, ...)
 
     def to_json(self) -> dict[str, Any]:
         data = {k: v for k, v in asdict(self).items() if v is not None or k == "success"}

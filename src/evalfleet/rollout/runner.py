@@ -80,6 +80,7 @@ class _Slot:
     latency_s: float = 0.0
     calls: int = 0
     video: Any = None  # EpisodeVideo while this episode is being recorded
+    progress: Any = None  # the env's progress for this episode (StepResult.info["progress"]), if it reports one
 
 
 class ShardRunner:
@@ -170,6 +171,7 @@ class ShardRunner:
                 index, attempt = item
                 spec = self.plan.episode(index)
                 slot.spec, slot.attempt, slot.steps, slot.latency_s, slot.calls = spec, attempt, 0, 0.0, 0
+                slot.progress = None
                 slot.queue.clear()
                 slot.started = time.monotonic()
                 try:
@@ -212,6 +214,7 @@ class ShardRunner:
                 error=error,
                 video=video,
                 policy_latency_ms=round(1000 * slot.latency_s / slot.calls, 3) if slot.calls else None,
+                progress=None if error else slot.progress,
             )
             writer.append(record)
             outcome.recorded += 1
@@ -251,6 +254,7 @@ class ShardRunner:
                     slot.steps += 1
                     stepped += 1
                     slot.observation = result.observation
+                    slot.progress = result.info.get("progress", slot.progress)
                     timeout = self.run.episode_timeout_s
                     if result.done:
                         finish(slot, success=result.success)

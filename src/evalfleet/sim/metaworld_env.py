@@ -15,7 +15,7 @@ import numpy as np
 
 from evalfleet.seeding import stable_hash
 from evalfleet.sim.base import StepResult
-from evalfleet.sim.metaworld_spec import TASK_INSTRUCTIONS, MetaworldOptions
+from evalfleet.sim.metaworld_spec import TASK_INSTRUCTIONS, MetaworldOptions, MetaworldProgress
 
 warnings.filterwarnings("ignore", message="Constant\\(s\\) may be too high", category=UserWarning)
 
@@ -67,6 +67,7 @@ class MetaworldEnvironment:
         )
         self._renderers: dict[tuple[int, int], Any] = {}  # (height, width) → OffscreenRenderer, made on first use
         self._steps = 0
+        self._progress = MetaworldProgress()  # near object → halfway → success, from each step's info
         self._action_noise = 0.0
         self._obs_noise = 0.0
         self._action_rng = self._obs_rng = np.random.default_rng(0)
@@ -107,6 +108,7 @@ class MetaworldEnvironment:
             obs = np.hstack((current, current, self.env._get_pos_goal())).astype(np.float64)
 
         self._steps = 0
+        self._progress = MetaworldProgress()  # a new tracker: the last episode's record keeps its own
         self._action_noise = float(variations.get("robot.action_noise") or 0.0)
         self._obs_noise = float(variations.get("robot.observation_noise") or 0.0)
         self._action_rng = noise_rng(seed, "robot.action_noise")
@@ -122,7 +124,8 @@ class MetaworldEnvironment:
         self._steps += 1
         success = bool(info.get("success", 0.0))
         done = success or self._steps >= self.max_steps
-        return StepResult(self._observation(obs), success, done, {"steps": self._steps})
+        progress = self._progress.update(info, self._steps)
+        return StepResult(self._observation(obs), success, done, {"steps": self._steps, "progress": progress})
 
     def _apply_scene_variations(self, variations: dict[str, Any]) -> None:
         """Camera, light and colour variations, on a model already restored to nominal."""

@@ -244,3 +244,49 @@ ENVIRONMENTS.register(
     summary="Meta-World v3 (MuJoCo, CPU): 50 Sawyer manipulation tasks with scripted experts",
     info=EnvironmentInfo(variations=VARIATIONS),
 )(_make_metaworld)
+
+
+# Progress criteria from Meta-World v3's step `info` (every task's evaluate_state returns `near_object`,
+# `obj_to_target` and `success`), in the order an episode meets them: a funnel. `halfway`: the object is at most
+# half as far from its target as at the first step (task-agnostic, unlike `grasp_success`, which a push task never
+# reports). Each criterion counts from the first step it held, with an event at that step.
+PROGRESS_CRITERIA = ("near_object", "halfway", "success")
+
+
+class MetaworldProgress:
+    """One episode's progress in Arena's shape: overall_score (fraction of criteria met so far), all_complete,
+    criteria_by_name ({name: {complete, step}}) and events ([{criterion, step}] when each first held).
+    `update` changes `self.progress` in place and returns it; a new episode gets a new tracker."""
+
+    __slots__ = ("progress", "_left", "_start_distance")
+
+    def __init__(self) -> None:
+        self.progress: dict[str, Any] = {
+            "overall_score": 0.0, "all_complete": False,
+            "criteria_by_name": {name: {"complete": False, "step": None} for name in PROGRESS_CRITERIA},
+            "events": []}
+        self._left = list(PROGRESS_CRITERIA)
+        self._start_distance: float | None = None
+
+    def _holds(self, name: str, info: dict[str, Any]) -> bool:
+        if name == "halfway":
+            distance = info.get("obj_to_target")
+            if distance is None:
+                return False
+            return self._start_distance is not None and float(distance) <= 0.5 * self._start_distance
+        return float(info.get(name, 0.0) or 0.0) > 0.0
+
+    def update(self, info: dict[str, Any], step: int) -> dict[str, Any]:
+        if self._start_distance is None and info.get("obj_to_target") is not None:
+            self._start_distance = float(info["obj_to_target"])
+        if self._left:
+            met = [name for name in self._left if self._holds(name, info)]
+            if met:
+                progress = self.progress
+                for name in met:
+                    self._left.remove(name)
+                    progress["criteria_by_name"][name] = {"complete": True, "step": step}
+                    progress["events"].append({"criterion": name, "step": step})
+                progress["overall_score"] = 1 - len(self._left) / len(PROGRESS_CRITERIA)
+                progress["all_complete"] = not self._left
+        return self.progress
