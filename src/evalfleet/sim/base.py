@@ -62,8 +62,9 @@ class StepResult:
 
 class Environment(Protocol):
     """Adapters may also declare `action_low`/`action_high` (bounds of the actions they accept),
-    `cameras` (names rendered into `observation/images/<camera>`) and `render(camera, height, width)`
-    (used by video recording)."""
+    `cameras` (names rendered into `observation/images/<camera>`), `render(camera, height, width)`
+    (used by video recording) and `control_hz` (steps per simulated second: recording then renders only
+    the states its `fps` shows)."""
 
     action_dim: int
     max_steps: int
