@@ -27,17 +27,22 @@ def is_long(*, files: int = 0, episodes: int = 0) -> bool:
 
 
 class _CliHandler(logging.StreamHandler):
-    """The one stderr handler the command line adds (tagged by its class, so it is added once)."""
+    """The one stderr handler the command line adds (tagged by its class, so it is added once). It writes
+    to whatever `sys.stderr` is when a line is logged (a caller may have replaced it since)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
 
 
 def enable_cli_feedback(stream: Any = None) -> None:
     """For command line handlers: INFO lines of the `evalfleet` loggers on stderr, progress bars when
-    stderr is a terminal."""
+    `stream` (default stderr) is a terminal."""
     global _bars
     stream = stream or sys.stderr
     root = logging.getLogger("evalfleet")
     if not any(isinstance(h, _CliHandler) for h in root.handlers):
-        handler = _CliHandler(stream)
+        handler = _CliHandler()
         handler.setFormatter(logging.Formatter(_FORMAT))
         root.addHandler(handler)
     if root.getEffectiveLevel() > logging.INFO:
