@@ -8,12 +8,19 @@ Every figure is measured `--repeats` times and printed as median and spread, wit
 Prints JSON:
 - `ms_per_frame`: one RGB frame of Meta-World's `corner` camera (pick-place-v3) at 128 and 224 px,
   `fast` (no shadows/reflections/skybox/multisampling) and `default` quality, after a warm-up;
+- `renderer_setup_s`: building one OffscreenRenderer (GL context + the model's MjrContext): the first in
+  the process (a fresh GL context) and later ones (a context kept from a closed renderer);
 - `recording_state_policy` / `recording_camera_policy`: wall time of one Run (push-v3, scripted
   expert, `--episodes` episodes, one process via run_shards) without recording and with
-  `recording: {video: true, cameras: [corner], every_n_episodes: 10}` at 224×224, and the relative
-  overhead; the state Run renders nothing otherwise (so recording pays for every frame, ~10x a
-  physics step), the camera Run renders corner + gripperPOV at 224 px every step as a camera policy's
-  would (recording reuses those frames: only encoding is added);
+  `recording: {video: true, cameras: [corner], every_n_episodes: 10, fps: 20}` at 224×224, and the
+  relative overhead, in `--repeats` interleaved rounds (the order rotates each round). The state Run
+  renders nothing otherwise, so recording pays for its frames (~10x a physics step each): `fps: 20`
+  renders one state in four of Meta-World's 80 Hz control; `every_step` (state policy only) is full-rate
+  recording, one frame per step, as before frames were sampled. The camera Run renders corner +
+  gripperPOV at 224 px every step as a camera policy's would (recording reuses those frames: only
+  encoding is added). A one-episode warm-up of each configuration first takes the process's one-time
+  costs (imports, the GL backend, the first GL context, ffmpeg's first start) out of every timed run;
+  `renderer_setup_s` states the GL part;
 - `vision_policy` (when --vision-episodes > 0): success of `metaworld_vision` (corner camera, 160 px)
   on pick-place-v3 and push-v3 at nominal and with `camera.position_offset` uniform in ±offset
   metres per axis.
@@ -28,20 +35,22 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from _common import add_repeat_arg, emit, machine, spread
+from _common import add_repeat_arg, emit, machine, ratios, spread
 
 
-def ms_per_frame(frames: int, repeats: int = 1) -> dict[str, dict]:
+def ms_per_frame(frames: int, repeats: int = 1) -> tuple[dict[str, dict], dict[str, float]]:
     from evalfleet.sim.metaworld_env import make_task_env
     from evalfleet.sim.rendering import OffscreenRenderer
 
     env = make_task_env("pick-place-v3")
     env.seed(0)
     env.reset()
-    out = {}
+    out, setup = {}, []
     for quality in ("fast", "default"):
         for size in (128, 224):
+            t0 = time.perf_counter()
             renderer = OffscreenRenderer(env.model, size, size, quality)
+            setup.append(time.perf_counter() - t0)
             for _ in range(5):
                 renderer.render(env.data, "corner")
             timings = []
@@ -53,7 +62,9 @@ def ms_per_frame(frames: int, repeats: int = 1) -> dict[str, dict]:
             out[f"{size}px_{quality}"] = spread(timings, 3)
             renderer.close()
     env.close()
-    return out
+    # 128 then 224 px are fresh contexts; the `default` pair reuses the contexts the `fast` pair left
+    return out, {"first_in_process": round(setup[0], 3), "fresh_context": round(setup[1], 3),
+                 "reused_context": spread(setup[2:], 3)["median"]}
 
 
 def _timed_run(root: Path, name: str, episodes: int, recording: dict | None, cameras: bool = False
@@ -81,19 +92,40 @@ def _timed_run(root: Path, name: str, episodes: int, recording: dict | None, cam
     return elapsed, steps
 
 
-def recording_overhead(episodes: int, cameras: bool) -> dict[str, float]:
+RECORDING = {"video": True, "cameras": ["corner"], "every_n_episodes": 10, "fps": 20, "width": 224, "height": 224}
+
+
+def recording_overhead(episodes: int, cameras: bool, repeats: int) -> dict:
+    configs = {"without": None, "fps20": RECORDING}
+    if not cameras:
+        configs["every_step"] = {**RECORDING, "every_step": True}
+    seconds: dict[str, list[float]] = {name: [] for name in configs}
+    frames: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        _timed_run(root, "warmup", 1, None, cameras)
-        plain, steps = _timed_run(root, "plain", episodes, None, cameras)
-        rec = {"video": True, "cameras": ["corner"], "every_n_episodes": 10, "fps": 20, "width": 224, "height": 224}
-        recorded, _ = _timed_run(root, "recorded", episodes, rec, cameras)
-        videos = len(list((root / "recorded" / "recorded" / "videos" / "corner").glob("*.mp4")))
-    return {
-        "episodes": episodes, "steps": steps, "videos": videos,
-        "seconds_without": round(plain, 3), "seconds_with_every_10th": round(recorded, 3),
-        "overhead": round(recorded / plain - 1.0, 4),
-    }
+        for name, rec in configs.items():
+            _timed_run(root, f"warmup_{name}", 1, rec, cameras)
+        names = list(configs)
+        for i in range(repeats):
+            for name in names[i % len(names):] + names[: i % len(names)]:  # rotate the order each round
+                run = f"{name}_{i}"
+                elapsed, steps = _timed_run(root, run, episodes, configs[name], cameras)
+                seconds[name].append(elapsed)
+                videos = sorted((root / run / run / "videos" / "corner").glob("*.mp4"))
+                frames[name] = sum(_frame_count(v) for v in videos)
+    out: dict = {"episodes": episodes, "steps": steps, "videos": episodes // 10 + (episodes % 10 > 0),
+                 "video_frames": frames}
+    out.update({f"seconds_{name}": spread(values, 3) for name, values in seconds.items()})
+    for name in configs:
+        if name != "without":
+            out[f"overhead_{name}"] = spread([r - 1.0 for r in ratios(seconds[name], seconds["without"])], 4)
+    return out
+
+
+def _frame_count(path: Path) -> int:
+    import imageio.v3 as iio
+
+    return sum(1 for _ in iio.imiter(path, plugin="FFMPEG"))
 
 
 def vision_success(task: str, episodes: int, offset: float) -> float:
@@ -134,15 +166,11 @@ def main(argv: list[str] | None = None) -> int:
 
     before = machine()
 
-    def repeated_overhead(cameras: bool) -> dict:
-        runs = [recording_overhead(args.episodes, cameras=cameras) for _ in range(args.repeats)]
-        return {"episodes": args.episodes, "steps": runs[0]["steps"], "videos": runs[0]["videos"],
-                **{k: spread([r[k] for r in runs], 4) for k in ("seconds_without", "seconds_with_every_10th",
-                                                                  "overhead")}}
-
-    report: dict = {"backend": gl_backend(), "ms_per_frame": ms_per_frame(args.frames, args.repeats),
-                    "recording_state_policy": repeated_overhead(False),
-                    "recording_camera_policy": repeated_overhead(True)}
+    backend = gl_backend()
+    frame_ms, setup = ms_per_frame(args.frames, args.repeats)
+    report: dict = {"backend": backend, "ms_per_frame": frame_ms, "renderer_setup_s": setup,
+                    "recording_state_policy": recording_overhead(args.episodes, False, args.repeats),
+                    "recording_camera_policy": recording_overhead(args.episodes, True, args.repeats)}
     if args.vision_episodes:
         report["vision_policy"] = {
             task: {

@@ -82,7 +82,9 @@ def _default_dir(inputs: list[str]) -> Path:
 def _load(inputs: list[str], runs: list[str] | None, policies: list[str] | None, flag: str = "--policies"):
     from evalfleet.analysis.loading import load_records
     from evalfleet.analysis.success import labelled_records
+    from evalfleet.feedback import enable_cli_feedback
 
+    enable_cli_feedback()  # progress on stderr for big folders
     record_set = load_records(inputs)
     _note_set_aside(record_set)
     return record_set, labelled_records(record_set, runs, policies, where=_where(inputs), flag=flag)
@@ -111,8 +113,11 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from evalfleet.analysis.loading import load_records
     from evalfleet.analysis.success import SUCCESS_PLOT, write_success_plots
 
+    from evalfleet.feedback import enable_cli_feedback
+
     output = Path(args.output) if args.output else _default_dir(args.inputs) / "plots" / SUCCESS_PLOT
     _check_output(output, IMAGE_SUFFIXES)
+    enable_cli_feedback()  # progress on stderr for big folders
     record_set = load_records(args.inputs)
     _note_set_aside(record_set)
     plots = write_success_plots(record_set, output, policies=args.policies, runs=args.runs, title=args.title,

@@ -16,6 +16,7 @@ folder and episodes outside the plan set aside.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
@@ -26,7 +27,10 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Iterable
 
 from evalfleet.errors import UserError
+from evalfleet.feedback import is_long, track
 from evalfleet.rollout.records import STATUSES, RunRecords, RunScope, SetAside, iter_record_dicts
+
+log = logging.getLogger("evalfleet.analysis")
 
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 LOOKED_FOR = "episode_results*.jsonl, <run>/parts/*.jsonl or .tar/.tar.gz archives of them"
@@ -205,6 +209,8 @@ def load_records(inputs: Iterable[str | os.PathLike[str]]) -> RecordSet:
         if path.is_dir():
             files, archives = _walk(path)
             chosen = select_record_files(files)
+            if is_long(files=len(chosen)):
+                log.info("reading %d record files in %s", len(chosen), path)
             for rel in chosen:
                 run_dir = path / rel.parent
                 if run_dir.name == "parts":
@@ -212,7 +218,7 @@ def load_records(inputs: Iterable[str | os.PathLike[str]]) -> RecordSet:
                 planned = _planned_episodes(run_dir)
                 if planned is not None:
                     merger.planned.setdefault(default_run_name(rel, path.resolve().name), planned)
-            for rel in chosen:
+            for rel in track(chosen, "reading record files"):
                 full = path / rel
                 sources.append(str(full))
                 merger.read(full, default_run=default_run_name(rel, path.resolve().name), source=str(full),
@@ -228,6 +234,8 @@ def load_records(inputs: Iterable[str | os.PathLike[str]]) -> RecordSet:
     if not records:
         where = ", ".join(str(p) for p in inputs)
         raise UserError(f"no episode records found (looked for {LOOKED_FOR})", where=where)
+    if is_long(files=len(sources), episodes=len(records)):
+        log.info("read %d episodes of %d Runs", len(records), len(merger.runs))
     return RecordSet(records=records, sources=sources, set_aside=set_aside)
 
 

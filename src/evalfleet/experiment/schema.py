@@ -189,6 +189,7 @@ class Recording(Strict):
     fps: Int = Field(default=20, gt=0, le=MAX_FPS)
     width: Int | None = Field(default=None, gt=0, le=MAX_PIXELS)
     height: Int | None = Field(default=None, gt=0, le=MAX_PIXELS)
+    every_step: bool = False  # a frame after every control step, not only the `fps` frames (rollout/video.py)
 
 
 class Run(Strict):

@@ -20,6 +20,7 @@ from typing import Any
 
 from evalfleet.analysis.loading import arena_file_order, arena_record, arena_videos
 from evalfleet.errors import UserError
+from evalfleet.feedback import is_long, track
 from evalfleet.outputs.report import REPORT_FILE, render_report
 from evalfleet.outputs.storage import Location, is_url, open_location
 from evalfleet.outputs.summary import RESULT_FILE, build_result, provenance, summarise_run
@@ -143,10 +144,12 @@ def _merge_status(statuses: list[dict[str, Any]]) -> dict[str, Any] | None:
     return merged
 
 
-def read_run(name: str, sources: list[RunSource], *, merged_only: bool = False) -> RunData:
+def read_run(name: str, sources: list[RunSource], *, merged_only: bool = False,
+             after_file: Any = None) -> RunData:
     """Merge a Run's records from all its sources, plan-aware (records.RunRecords): the planned episode
     count comes from run_status.json. `merged_only`: where a collected episode_results.jsonl exists, read it
-    alone (the report of a collected folder), not the shard logs it was made from."""
+    alone (the report of a collected folder), not the shard logs it was made from. `after_file()` is called
+    after each record file (progress)."""
     statuses = []
     for src in sources:
         if src.status_file:
@@ -161,13 +164,12 @@ def read_run(name: str, sources: list[RunSource], *, merged_only: bool = False) 
     planned = (status or {}).get("planned_episodes")
     merged = RunRecords(RunScope(name, planned if isinstance(planned, int) and not isinstance(planned, bool) else None))
     for src in sources:
-        files = src.record_files
-        if merged_only and files and files[0].endswith(RECORDS_FILE):
-            files = files[:1]
-        for rel in files:
+        for rel in _files_to_read(src, merged_only):
             where = src.location.display(rel)
             for rec, line in parse_record_lines(src.location.read_bytes(rel)):
                 merged.add(rec, line, where)
+            if after_file is not None:
+                after_file()
         _read_arena_files(name, src, merged, status or {})
     return RunData(name=name, sources=sources, records=merged.records, lines=[str(line) for line in merged.lines],
                    status=status, set_aside=merged.set_aside)
@@ -204,7 +206,31 @@ def load_runs(locations: list[Location], *, merged_only: bool = False) -> list[R
     for loc in locations:
         for name, src in find_runs(loc):
             by_name.setdefault(name, []).append(src)
-    return [read_run(name, by_name[name], merged_only=merged_only) for name in sorted(by_name)]
+    files = sum(len(_files_to_read(src, merged_only)) for sources in by_name.values() for src in sources)
+    if is_long(files=files):
+        log.info("reading %d record files of %d Runs", files, len(by_name))
+    ticks = track(range(files), "reading record files", total=files)
+    runs = [read_run(name, by_name[name], merged_only=merged_only, after_file=lambda: next(ticks, None))
+            for name in sorted(by_name)]
+    for _ in ticks:  # finish the bar
+        pass
+    episodes = sum(len(run.records) for run in runs)
+    if is_long(files=files, episodes=episodes):
+        log.info("merged %d episodes of %d Runs", episodes, len(runs))
+    return runs
+
+
+def work_size(runs: list[RunData]) -> dict[str, int]:
+    """How many record files and episodes the Runs came from (is the work long enough to report on?)."""
+    return {"files": sum(len(src.record_files) for run in runs for src in run.sources),
+            "episodes": sum(len(run.records) for run in runs)}
+
+
+def _files_to_read(src: RunSource, merged_only: bool) -> list[str]:
+    files = src.record_files
+    if merged_only and files and files[0].endswith(RECORDS_FILE):
+        return files[:1]
+    return files
 
 
 # --- collect -----------------------------------------------------------------------------------------
@@ -275,7 +301,8 @@ def _collect(sources: list[str], output: str, *, endpoint_url: str | None, repor
                             experiment_loc.display(EXPERIMENT_FILE))
 
     runs += _never_started(runs, experiment_bytes)
-    log.info("collecting %d Runs from %d source(s) into %s", len(runs), len(locations), output)
+    if is_long(**work_size(runs)):
+        log.info("collecting %d Runs from %d source(s) into %s", len(runs), len(locations), output)
     for run in runs:
         _write_run(run, dest)
     if experiment_loc is not None and not experiment_loc.same_place(dest):
@@ -333,6 +360,8 @@ def write_collected_report(collected: Collected, title: str | None = None) -> st
     images = (".png", ".svg", ".jpg", ".jpeg")
     plots = sorted(rel for rel in dest.walk_files(PLOTS_DIR) if rel.lower().endswith(images)) \
         if dest.isdir(PLOTS_DIR) else []
+    if is_long(**work_size(collected.runs)):
+        log.info("writing %s", dest.display(REPORT_FILE))
     page = render_report(collected.result, collected.runs, plots=plots,
                          title=title or f"evalfleet report: {_basename(dest)}")
     dest.write_bytes(REPORT_FILE, page.encode("utf-8"))

@@ -44,8 +44,10 @@ def _print_runs(result: dict[str, Any]) -> None:
 
 
 def _collect(args: argparse.Namespace) -> int:
+    from evalfleet.feedback import enable_cli_feedback
     from evalfleet.outputs.collect import collect
 
+    enable_cli_feedback()  # progress on stderr for big folders
     result = collect(args.sources, args.output, endpoint_url=args.s3_endpoint, report=not args.no_report)
     by_status = result["summary"]["runs_by_status"]
     print(f"collected {result['summary']['runs']} Runs into {args.output} ("
@@ -57,8 +59,10 @@ def _collect(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from evalfleet.feedback import enable_cli_feedback
     from evalfleet.outputs.finalize import write_report
 
+    enable_cli_feedback()
     path = write_report(args.dir, title=args.title)
     print(f"wrote {path}")
     return 0

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from evalfleet.errors import UserError
-from evalfleet.outputs.collect import PLOTS_DIR, Collected, collect_runs, load_runs, write_collected_report
+from evalfleet.feedback import is_long
+from evalfleet.outputs.collect import PLOTS_DIR, Collected, collect_runs, load_runs, work_size, write_collected_report
 from evalfleet.outputs.report import REPORT_FILE, render_report
 from evalfleet.outputs.storage import Location, atomic_write_bytes
 from evalfleet.outputs.summary import RESULT_FILE, build_result, provenance, summarise_run
@@ -41,6 +42,8 @@ def finalize(out: str | os.PathLike[str]) -> Finalized:
     collected = collect_runs([str(out)], str(out))
     plots: list[Path] = []
     problem = None
+    if is_long(**work_size(collected.runs)):
+        log.info("drawing %s", out / PLOTS_DIR / SUCCESS_PLOT)
     try:
         drawn = write_success_plots(record_set_from_runs(collected.runs), out / PLOTS_DIR / SUCCESS_PLOT,
                                     where=str(out))
@@ -88,5 +91,7 @@ def write_report(directory: str | os.PathLike[str], *, title: str | None = None)
                     plots.append(os.path.relpath(os.path.join(dirpath, name), directory).replace(os.sep, "/"))
     title = title or f"evalfleet report: {os.path.basename(os.path.abspath(directory))}"
     path = os.path.join(directory, REPORT_FILE)
+    if is_long(**work_size(runs)):
+        log.info("writing %s", path)
     atomic_write_bytes(path, render_report(result, runs, plots=plots, title=title).encode("utf-8"))
     return path

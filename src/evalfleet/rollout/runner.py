@@ -180,7 +180,7 @@ class ShardRunner:
                     slot.observation = slot.env.reset(spec.seed, spec.variations, **by_index)
                     self._policy.reset(spec.seed, slot.env_id)
                     if should_record(recording, spec.index):
-                        slot.video = EpisodeVideo(run_dir, spec.index, recording)
+                        slot.video = EpisodeVideo(run_dir, spec.index, recording, getattr(slot.env, "control_hz", None))
                         slot.video.add(slot.env, slot.observation)
                     return
                 except Exception as exc:  # noqa: BLE001 - infrastructure error, recorded and retried

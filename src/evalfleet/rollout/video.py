@@ -1,17 +1,30 @@
 """Episode videos: one mp4 per recorded episode and camera, under `<run>/videos/<camera>/`.
 
-A Run's `recording: {video: true, cameras: [...], every_n_episodes: k, fps, width, height}` records
-the episodes whose plan index is a multiple of k (episode 0, k, 2k, ...), so which episodes have a
-video does not depend on sharding or retries. Frames come from the environment's
-`render(camera, height, width)` (or the observation's own `observation/images/<camera>` when the Run
-renders that camera at the recording size anyway): the first observation and one frame after every
-step, so a video has `episode_length + 1` frames. Written with imageio's ffmpeg plugin (imageio-ffmpeg ships the
-ffmpeg binary); H.264 wants sizes that are multiples of 16, so other sizes are scaled to the next
-multiple of 16 by ffmpeg (choose width/height as multiples of 16 to keep them exact).
+A Run's `recording: {video: true, cameras: [...], every_n_episodes: k, fps, width, height, every_step}`
+records the episodes whose plan index is a multiple of k (episode 0, k, 2k, ...), so which episodes have
+a video does not depend on sharding or retries.
+
+Which frames: a video plays in real time at `fps` (default 20), so it needs only the states at
+0, 1/fps, 2/fps, ... seconds of simulated time. When the environment declares its control rate
+(`control_hz`: Meta-World 80 Hz), frame k shows the first state at or after k/fps (`FrameClock`), and
+only those states are rendered: an episode of L steps has floor(L * fps / control_hz) + 1 frames
+(the first observation included). Rendering is most of recording's cost, so this is what keeps it
+cheap. `every_step: true` (or an `fps` at or above the control rate, or an environment that does not
+declare one) renders the first observation and the state after every step, `L + 1` frames, played at
+the control rate where it is known (at `fps` otherwise).
+
+Frames come from the environment's `render(camera, height, width)` (its renderer is made on first use,
+so only an episode that records creates one, and the env keeps it for the next), or from the
+observation's own `observation/images/<camera>` when the Run renders that camera at the recording size
+anyway. Written with imageio's ffmpeg plugin (imageio-ffmpeg ships the ffmpeg binary) with x264's
+`veryfast` preset (a fraction of the default preset's CPU for these small frames); H.264 wants sizes
+that are multiples of 16, so other sizes are scaled to the next multiple of 16 by ffmpeg (choose
+width/height as multiples of 16 to keep them exact).
 """
 
 from __future__ import annotations
 
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +33,7 @@ import numpy as np
 VIDEOS_DIR = "videos"
 DEFAULT_SIZE = 224
 MACRO_BLOCK = 16
+X264_PRESET = "veryfast"
 
 
 def video_relpath(camera: str, episode: int) -> str:
@@ -32,29 +46,59 @@ def should_record(recording: Any, episode: int) -> bool:
     )
 
 
+class FrameClock:
+    """Which states of an episode a video at `fps` shows, for an environment stepping at `control_hz`
+    (None: unknown). Step 0 is the first observation; step s the state after the s-th step."""
+
+    def __init__(self, fps: float, control_hz: float | None = None, every_step: bool = False):
+        hz = Fraction(control_hz).limit_denominator(1000) if control_hz else None
+        rate = Fraction(fps).limit_denominator(1000)
+        self.every_step = every_step or hz is None or rate >= hz
+        # frames per control step (< 1 when frames are sampled)
+        self._ratio = Fraction(1) if self.every_step else rate / hz
+        self.playback_fps = float(hz) if (self.every_step and hz is not None) else float(rate)
+
+    def wants(self, step: int) -> bool:
+        """True when the state after `step` steps is one of the video's frames."""
+        if self.every_step or step == 0:
+            return True
+        return int(step * self._ratio) > int((step - 1) * self._ratio)
+
+    def frames(self, episode_length: int) -> int:
+        """How many frames the video of an episode of `episode_length` steps has."""
+        return int(episode_length * self._ratio) + 1
+
+
 class EpisodeVideo:
     """Streams one episode's frames of several cameras into mp4 files (written as they come)."""
 
-    def __init__(self, run_dir: str | Path, episode: int, recording: Any):
+    def __init__(self, run_dir: str | Path, episode: int, recording: Any, control_hz: float | None = None):
         import imageio.v2 as imageio
 
         self.cameras = list(recording.cameras)
         self.width = int(recording.width or DEFAULT_SIZE)
         self.height = int(recording.height or recording.width or DEFAULT_SIZE)
         self.paths = {cam: video_relpath(cam, episode) for cam in self.cameras}
+        self.clock = FrameClock(recording.fps, control_hz, bool(getattr(recording, "every_step", False)))
         self._writers = {}
         for cam, rel in self.paths.items():
             path = Path(run_dir) / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             self._writers[cam] = imageio.get_writer(
-                str(path), format="FFMPEG", mode="I", fps=int(recording.fps), codec="libx264",
+                str(path), format="FFMPEG", mode="I", fps=self.clock.playback_fps, codec="libx264",
                 quality=7, macro_block_size=MACRO_BLOCK, ffmpeg_log_level="error",
+                output_params=["-preset", X264_PRESET],
             )
+        self.steps = -1  # the first add() is the first observation (step 0)
         self.frames = 0
 
     def add(self, env: Any, observation: dict[str, Any] | None = None) -> None:
-        """Append the current frame of every camera. A frame the observation already holds at the
-        recording size (`observation/images/<camera>`, rendered for a camera policy) is reused."""
+        """One more state of the episode (the first observation, then one call per step); rendered and
+        appended only when the video shows it. A frame the observation already holds at the recording
+        size (`observation/images/<camera>`, rendered for a camera policy) is reused."""
+        self.steps += 1
+        if not self.clock.wants(self.steps):
+            return
         for cam, writer in self._writers.items():
             frame = (observation or {}).get(f"observation/images/{cam}")
             if frame is None or np.shape(frame)[:2] != (self.height, self.width):

@@ -167,6 +167,11 @@ class MetaworldEnvironment:
                 model.geom_rgba[geoms, :3] = np.clip(np.asarray(value, dtype=float), 0.0, 1.0)
 
     # -- rendering -------------------------------------------------------------------------------
+    @property
+    def control_hz(self) -> float:
+        """Control steps per simulated second (video recording samples its frames by it)."""
+        return 1.0 / (float(self.env.model.opt.timestep) * int(self.env.frame_skip))
+
     def render(self, camera: str, height: int | None = None, width: int | None = None, **kinds: bool) -> Any:
         """Render a named camera of the current state: uint8 H×W×3, or the renderer's dict
         ({"rgb", "depth"?, "segmentation"?}) when `depth=`/`segmentation=` keywords are given.
