@@ -210,6 +210,7 @@ class ShardRunner:
                 error=error,
                 video=video,
                 policy_latency_ms=round(1000 * slot.latency_s / slot.calls, 3) if slot.calls else None,
+                policy_provenance=getattr(self._policy, "provenance", None),
             )
             writer.append(record)
             outcome.recorded += 1
