@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -103,10 +104,11 @@ def main() -> None:
                       "workers": 2},
         "speedup_vs_lerobot_eval_s": round((n / evalfleet_wall) / (n / lerobot_eval_s), 2) if lerobot_eval_s else None,
         "per_episode_success": {str(s): {"evalfleet": ours[s]["success"], "lerobot_eval": theirs[s]} for s in seeds},
-        "all_agree": all(agree.values()),
+        "all_agree": all(agree.values()),  # success only: records carry no reward to compare
         "evalfleet_episode_lengths": [ours[s]["episode_length"] for s in seeds],
     }
     emit(figures, machine_before=before)
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
