@@ -18,5 +18,12 @@ python3 -m pip install -q --root-user-action=ignore --no-deps 'openpi-server==0.
 bash scripts/install-chromium.sh >/dev/null
 bash scripts/install-render-deps.sh >/dev/null
 
+# LeRobot's own Python 3.12 venv (lerobot 0.6.1 + torch; ~2.5 min and 5.7 GB on first build, cached in
+# ~/.cache/evalfleet/venvs and reused after) for tests/lerobot_policies; EVALFLEET_LEROBOT=0 skips it and
+# those tests skip, saying why.
+if [ "${EVALFLEET_LEROBOT:-1}" != "0" ]; then
+  bash scripts/lerobot-env.sh >/dev/null
+fi
+
 export MPLBACKEND=Agg
 exec python3 -m pytest "$@"

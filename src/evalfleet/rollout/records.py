@@ -35,6 +35,8 @@ class EpisodeRecord:
     video: dict[str, str] | None = None
     policy_latency_ms: float | None = None
     progress: float | dict[str, Any] | None = None  # a number in 0..1, or Arena's map (overall_score, ...)
+    # Where the policy came from, as it declares it (a LeRobot checkpoint: config and weights sha256).
+    policy_provenance: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = {k: v for k, v in asdict(self).items() if v is not None or k == "success"}

@@ -215,6 +215,7 @@ class ShardRunner:
                 video=video,
                 policy_latency_ms=round(1000 * slot.latency_s / slot.calls, 3) if slot.calls else None,
                 progress=None if error else slot.progress,
+                policy_provenance=getattr(self._policy, "provenance", None),
             )
             writer.append(record)
             outcome.recorded += 1

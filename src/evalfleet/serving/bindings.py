@@ -40,8 +40,10 @@ via ``gr00t/eval/run_gr00t_server.py``. These render in dry-runs; they cannot ru
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 from evalfleet.errors import UserError
@@ -187,6 +189,19 @@ def needs_server(policy_type: str, options: dict[str, Any]) -> bool:
 # ===================================================================== evalfleet's own
 
 
+def interpreter(python: str) -> str:
+    """`python:` names an interpreter, or a venv folder whose bin/python runs the server."""
+    path = Path(python).expanduser()
+    if path.is_dir() or not path.name.startswith("python"):
+        path = path / "bin" / "python"
+    return str(path)
+
+
+def evalfleet_argv(python: str | None) -> list[str]:
+    """How a server's `evalfleet` starts: this Python's (`evalfleet`, see ServerProcess) or another one's."""
+    return ["evalfleet"] if not python else [interpreter(python), "-m", "evalfleet.cli"]
+
+
 def _evalfleet_serve(protocol: str) -> Callable[[dict[str, Any], str, int, Any], ServerCommand]:
     def build(options: dict[str, Any], host: str, port: int, context: Any) -> ServerCommand:
         spec = dict(options.get("serve") or {})
@@ -194,7 +209,8 @@ def _evalfleet_serve(protocol: str) -> Callable[[dict[str, Any], str, int, Any],
         if not served_type:
             raise UserError("`serve` needs a `type`: the registered policy the server runs", key="policy.serve.type")
         batching = dict(options.get("batching") or {})
-        argv = ["evalfleet", "serve", str(served_type), "--protocol", protocol, "--host", host, "--port", str(port)]
+        argv = [*evalfleet_argv(options.get("python")), "serve", str(served_type), "--protocol", protocol,
+                "--host", host, "--port", str(port)]
         if spec:
             argv += ["--options-json", json.dumps(spec, sort_keys=True)]
         argv += ["--max-batch", str(batching.get("max_batch", 8)),
@@ -210,7 +226,7 @@ def _evalfleet_serve(protocol: str) -> Callable[[dict[str, Any], str, int, Any],
             env["EVALFLEET_SERVE_API_KEY"] = str(options["api_key"])  # not on the command line (ps)
         elif options.get("api_key_env"):  # the server reads the key where it runs; no value in any command
             argv += ["--api-key-env", str(options["api_key_env"])]
-        return ServerCommand(argv=argv, env=env)
+        return ServerCommand(argv=argv, env=env, image=options.get("image"))
 
     return build
 
@@ -222,6 +238,8 @@ def _evalfleet_server_options(options: dict[str, Any]) -> dict[str, Any]:
         "api_key": options.get("api_key"),
         "api_key_env": options.get("api_key_env"),
         "max_message_mb": options.get("max_message_mb"),
+        "python": options.get("python"),
+        "image": options.get("image"),
     }
 
 
@@ -285,6 +303,49 @@ register_binding(ServerBinding(
     needs_server=lambda options: bool(options.get("serve") or options.get("vla_eval_config")),
     context_keys=("env_type", "action_dim"),
     summary="`evalfleet serve <serve.type> --protocol vla-eval`, or `vla-eval serve --config <vla_eval_config>`",
+))
+
+
+# ===================================================================== LeRobot
+
+LEROBOT_VERSION = "0.6.1"
+IN_THIS_PYTHON = "self"  # `python: self` serves a LeRobot checkpoint with evalfleet's own interpreter
+
+
+def lerobot_venv() -> Path:
+    """Where scripts/lerobot-env.sh builds LeRobot's Python 3.12 environment (outside any clone)."""
+    override = os.environ.get("EVALFLEET_LEROBOT_VENV")
+    if override:
+        return Path(override).expanduser()
+    cache = Path(os.environ.get("EVALFLEET_CACHE", Path.home() / ".cache" / "evalfleet")).expanduser()
+    return cache / "venvs" / f"lerobot-{LEROBOT_VERSION}"
+
+
+def _lerobot_serve(options: dict[str, Any]) -> dict[str, Any]:
+    """The `evalfleet serve` options of a `lerobot` Run: the checkpoint run by `lerobot_local`, in LeRobot's venv."""
+    if not options.get("path"):
+        raise UserError("needs `path`: a LeRobot checkpoint folder (what save_pretrained wrote)", key="policy.path")
+    serve = {"type": "lerobot_local", "path": str(Path(str(options["path"])).expanduser().absolute()),
+             "device": options.get("device", "cpu")}
+    if options.get("cameras"):
+        serve["cameras"] = dict(options["cameras"])
+    python = options.get("python") or str(lerobot_venv())
+    return {**options, "serve": serve, "python": None if python == IN_THIS_PYTHON else python}
+
+
+register_binding(ServerBinding(
+    policy_type="lerobot",
+    protocol="openpi",
+    default_port=8000,
+    host_field="host",
+    port_field="port",
+    api_key_field="api_key",
+    command_builder=lambda options, host, port, context: _evalfleet_serve("openpi")(
+        _lerobot_serve(options), host, port, context),
+    server_options=lambda options: _evalfleet_server_options(_lerobot_serve(options)),
+    resources=_evalfleet_resources,
+    context_keys=("env_type", "action_dim"),
+    summary="`evalfleet serve lerobot_local --protocol openpi` in LeRobot's venv (scripts/lerobot-env.sh)",
 ))
 
 
@@ -394,6 +455,23 @@ def server_process(binding: ServerBinding, options: dict[str, Any], context: Any
 
     port = free_port(host) if port is None else port
     command = binding.command(options, host, port, context)
+    env = dict(command.env)
+    if command.argv[1:3] == ["-m", "evalfleet.cli"] and command.argv[0] != "evalfleet":
+        # A server in another interpreter (its own venv) runs this evalfleet's code, not its venv's snapshot.
+        if not Path(command.argv[0]).exists():
+            raise UserError(f"the server's interpreter {command.argv[0]} does not exist; build it (LeRobot's:"
+                            " `bash scripts/lerobot-env.sh`) or set `python` to an interpreter or venv",
+                            key="policy.python")
+        env.setdefault("PYTHONPATH", os.pathsep.join(filter(None, [_source_root(), os.environ.get("PYTHONPATH")])))
     return ServerProcess(command.argv, protocol=binding.protocol, log_path=log_path, host=host, port=port,
-                         env=command.env, cwd=command.cwd, api_key=binding.api_key(options),
+                         env=env, cwd=command.cwd, api_key=binding.api_key(options),
                          name=f"{binding.policy_type} server")
+
+
+def _source_root() -> str | None:
+    """The folder evalfleet is imported from when that is a source checkout (not site-packages): put first
+    on a foreign interpreter's path so its server speaks exactly this evalfleet's protocol."""
+    import evalfleet
+
+    root = Path(evalfleet.__file__).resolve().parent.parent
+    return None if root.name in ("site-packages", "dist-packages") else str(root)

@@ -52,6 +52,11 @@ class RemoteClientOptions(BaseModel):
     serve: dict[str, Any] | None = None
     batching: BatchingOptions = Field(default_factory=BatchingOptions)
     server_resources: ServerResourceOptions = Field(default_factory=ServerResourceOptions)
+    # The server's own environment (its dependencies need not agree with evalfleet's): `python` is an
+    # interpreter or a venv folder that runs `python -m evalfleet.cli serve` (local and Ray); `image` is the
+    # container image a cluster backend (OSMO) runs the server in.
+    python: str | None = None
+    image: str | None = None
 
 
 def with_api_key(options: RemoteClientOptions) -> RemoteClientOptions:
