@@ -130,3 +130,17 @@ def test_bad_options_are_load_errors_naming_the_key(write_experiment):
     run["environment"] = {"type": "aloha", "task": "insertion", "cameras": ["wrist"]}
     with pytest.raises(UserError, match="cameras"):
         load_experiment(write_experiment({"r": run}))
+
+
+def test_actions_that_make_the_physics_diverge_end_the_episode_as_a_failure():
+    env = _make_aloha({"task": "transfer_cube", "actions": "normalized", "max_steps": 400}, {})
+    start = env.reset(0, {})["observation/state"]
+    for step in range(env.max_steps):  # every joint's target flung from one end of its range to the other
+        result = env.step(np.full(14, 1.0 if step % 2 else -1.0))
+        if result.done:
+            break
+    assert result.done and not result.success and result.info["steps"] < env.max_steps
+    assert "physics_error" in result.info and "Physics state is invalid" in result.info["physics_error"]
+    assert result.observation["observation/state"].shape == (35,)
+    np.testing.assert_array_equal(env.reset(0, {})["observation/state"], start)  # the next episode is sound
+    env.close()

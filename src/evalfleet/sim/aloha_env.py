@@ -10,7 +10,9 @@ imported with `MUJOCO_GL=disable` when the user set no backend, so it never touc
 
 Episodes: gym-aloha's `reset(seed=)` draws the cube's (or the peg's and socket's) pose from the seed
 and resets the physics (`mj_resetData`), so episode i depends on its seed only. Model values a
-variation changes (friction, masses) are put back to nominal before every reset.
+variation changes (friction, masses) are put back to nominal before every reset. Actions that make
+the physics diverge (dm_control's PhysicsError, e.g. uniform random targets over the joints' whole
+ranges) end the episode as a failure, with `physics_error` in the step's info.
 
 State vector by `obs_type`: `state`: qpos (14: per arm 6 joints, gripper 0..1), qvel (14), object
 pose(s) (transfer_cube 7: cube xyz + quat; insertion 14: peg, socket); `pixels_agent_pos`: qpos (14,
@@ -77,7 +79,11 @@ class AlohaEnvironment:
         self._nominal_inertia = model.body_inertia.copy()
         free = np.flatnonzero(model.jnt_type == mujoco.mjtJoint.mjJNT_FREE)
         self._free_bodies = sorted({int(model.jnt_bodyid[j]) for j in free})
+        from dm_control.rl.control import PhysicsError
+
+        self._physics_error = PhysicsError
         self._renderers: dict[tuple[int, int], Any] = {}
+        self._last: dict[str, Any] = {}
         self._steps = 0
         self._action_noise = self._obs_noise = 0.0
         self._action_rng = self._obs_rng = np.random.default_rng(0)
@@ -131,8 +137,15 @@ class AlohaEnvironment:
             a = a + self._action_rng.normal(0.0, self._action_noise, size=a.shape)
         # MuJoCo clamps the arms' controls to these ranges anyway; the grippers' 0..1 maps inside theirs.
         a = np.clip(a, self.action_low, self.action_high)
-        raw, reward, _terminated, _truncated, info = self.env.step(a)
         self._steps += 1
+        try:
+            raw, reward, _terminated, _truncated, info = self.env.step(a)
+        except self._physics_error as exc:
+            # The commanded joint targets made the physics diverge (dm_control checks every step): the
+            # policy's doing, deterministic, so the episode ends as a failure, not an infrastructure error.
+            self._last = {**self._last, "prompt": self.instruction}
+            return StepResult(self._last, False, True, {"steps": self._steps, "reward": 0.0,
+                                                        "physics_error": str(exc).splitlines()[0]})
         success = bool(info["is_success"])
         done = success or self._steps >= self.max_steps
         return StepResult(self._observation(raw), success, done, {"steps": self._steps, "reward": float(reward)})
@@ -153,6 +166,7 @@ class AlohaEnvironment:
             if camera.endswith("_wrist") and not wrist_done:  # the first wrist camera listed
                 out["observation/wrist_image"] = image
                 wrist_done = True
+        self._last = out
         return out
 
     # -- rendering -------------------------------------------------------------------------------
