@@ -16,6 +16,7 @@ BUILTIN_MODULES = (
     "evalfleet.sim.pusht_spec",
     "evalfleet.sim.robosuite_spec",
     "evalfleet.sim.libero_spec",
+    "evalfleet.sim.aloha_spec",
     "evalfleet.serving",
 )
 POLICY_PACKAGE = "evalfleet.policies"  # every module in it registers its policies

@@ -1,5 +1,5 @@
 """`evalfleet run` killed with SIGKILL midway on the benchmarks beyond Meta-World (Push-T, any Gymnasium id,
-robosuite), then `--resume`: the per-episode results equal an uninterrupted run's, and every observation
+robosuite, LIBERO, ALOHA), then `--resume`: the per-episode results equal an uninterrupted run's, and every observation
 any runner saw, in the killed run or the resumed one, equals the uninterrupted run's observation at that
 (episode seed, step) — an episode cut short by the kill replays from its start, identically."""
 
@@ -18,6 +18,8 @@ from evalfleet_testkit import evalfleet_cmd, plugin_env, results_by_episode, run
 
 pytest.importorskip("gym_pusht")
 pytest.importorskip("robosuite")
+pytest.importorskip("libero.libero")
+pytest.importorskip("gym_aloha")
 
 pytestmark = pytest.mark.slow
 
@@ -41,6 +43,18 @@ RUNS = {
         "policy": DIGEST,
         "rollout_limit": {"num_episodes": 4},
         "variations": {"robot.action_noise": {"enabled": True}, "scene.friction_scale": {"enabled": True}},
+    },
+    "libero_noisy": {  # episodes start from the task's initial states 0..2
+        "environment": {"type": "libero", "suite": "libero_spatial", "task": 0, "max_steps": 6, "settle_steps": 1},
+        "policy": DIGEST,
+        "rollout_limit": {"num_episodes": 3},
+        "variations": {"robot.observation_noise": {"enabled": True}},
+    },
+    "aloha_noisy": {
+        "environment": {"type": "aloha", "task": "transfer_cube", "max_steps": 20},
+        "policy": DIGEST,
+        "rollout_limit": {"num_episodes": 4},
+        "variations": {"robot.action_noise": {"enabled": True}, "object.mass_scale": {"enabled": True}},
     },
 }
 TOTAL = sum(r["rollout_limit"]["num_episodes"] for r in RUNS.values())

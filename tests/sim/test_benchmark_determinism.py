@@ -1,6 +1,6 @@
 """The same plan gives identical per-episode results on Push-T, any Gymnasium id (CartPole) and
-robosuite Lift and LIBERO whether one worker with one env or two workers with two envs each run it (real
-`evalfleet run` subprocesses); Push-T's and LIBERO's whole observation streams are compared, not only outcomes."""
+robosuite Lift, LIBERO and ALOHA whether one worker with one env or two workers with two envs each run it (real
+`evalfleet run` subprocesses); Push-T's, LIBERO's and ALOHA's (camera images included) whole observation streams are compared, not only outcomes."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from sim_digest_policy import read_digests
 pytest.importorskip("gym_pusht")
 pytest.importorskip("robosuite")
 pytest.importorskip("libero.libero")
+pytest.importorskip("gym_aloha")
 
 HERE = Path(__file__).resolve().parent
 RUNS = {
@@ -43,6 +44,13 @@ RUNS = {
         "rollout_limit": {"num_episodes": 5},
         "variations": {"robot.observation_noise": {"enabled": True}, "robot.action_noise": {"enabled": True}},
     },
+    "aloha_digest": {  # a small camera image every step: rendered by each worker's own GL context
+        "environment": {"type": "aloha", "task": "insertion", "obs_type": "pixels_agent_pos", "cameras": ["top"],
+                        "image_size": [24, 32], "max_steps": 8},
+        "policy": {"type": "test_observation_digest"},
+        "rollout_limit": {"num_episodes": 4},
+        "variations": {"robot.observation_noise": {"enabled": True}, "robot.action_noise": {"enabled": True}},
+    },
 }
 
 
@@ -61,10 +69,10 @@ def test_per_episode_results_do_not_depend_on_workers_or_num_envs(write_experime
     experiment = write_experiment(RUNS)
     one = _run(experiment, tmp_path / "one", tmp_path / "d1", workers=1, num_envs=1, shard_size=100)
     two = _run(experiment, tmp_path / "two", tmp_path / "d2", workers=2, num_envs=2, shard_size=3)
-    assert len(one) == 25 and one == two
+    assert len(one) == 29 and one == two
     cartpole_lengths = {one[("cartpole_random", i)][3] for i in range(8)}
     lift = [one[("lift_scripted_noisy", i)] for i in range(6)]
     assert len(cartpole_lengths) > 1  # outcomes that differ per episode, so equality means something
     assert len({r[3] for r in lift}) > 1 and any(r[1] == "success" for r in lift)
     digests_one, digests_two = read_digests(tmp_path / "d1"), read_digests(tmp_path / "d2")
-    assert len(digests_one) == 6 * 25 + 5 * 6 and digests_one == digests_two
+    assert len(digests_one) == 6 * 25 + 5 * 6 + 4 * 8 and digests_one == digests_two

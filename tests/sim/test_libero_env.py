@@ -17,6 +17,15 @@ from evalfleet.sim.libero_tasks import get_task, init_states, task_names  # noqa
 
 
 @pytest.fixture(scope="module")
+def objects():
+    """libero_object task 3 at its suite's own step limit, with both cameras (one build for two tests)."""
+    env = _make_libero({"suite": "libero_object", "task": 3, "cameras": ["agentview", "eye_in_hand"],
+                        "camera_size": [48, 64], "settle_steps": 1}, {})
+    yield env
+    env.close()
+
+
+@pytest.fixture(scope="module")
 def spatial():
     env = _make_libero({"suite": "libero_spatial", "task": 1, "settle_steps": 0, "max_steps": 8}, {})
     yield env
@@ -40,16 +49,15 @@ def test_every_task_of_the_four_suites_has_a_name_an_instruction_and_50_initial_
     assert get_task("libero_spatial", 0).instruction.startswith("pick up the black bowl")
 
 
-def test_a_built_task_declares_its_spaces_and_the_suites_step_limit(spatial):
+def test_a_built_task_declares_its_spaces_and_the_suites_step_limit(spatial, objects):
     assert spatial.action_dim == 7 and spatial.action_low.tolist() == [-1.0] * 7 and spatial.action_high.tolist() == [1.0] * 7
     assert spatial.max_steps == 8 and spatial.cameras == ()
     assert spatial.instruction == get_task("libero_spatial", 1).instruction
-    objects = _make_libero({"suite": "libero_object", "task": 3}, {})
     assert objects.max_steps == SUITE_MAX_STEPS["libero_object"] == 280
+    assert objects.cameras == ("agentview", "eye_in_hand")
     obs = objects.reset(0, {}, episode=0)
     assert obs["observation/state"].shape == (16,) and obs["prompt"] == objects.instruction
     assert "basket" in objects.instruction
-    objects.close()
 
 
 def test_episode_i_starts_from_initial_state_i_mod_50_as_libero_sets_it(spatial):
@@ -58,7 +66,10 @@ def test_episode_i_starts_from_initial_state_i_mod_50_as_libero_sets_it(spatial)
     reference = OffScreenRenderEnv(bddl_file_name=spatial.libero_task.bddl_file, has_offscreen_renderer=False,
                                    use_camera_obs=False)
     states = init_states("libero_spatial", 1)
-    for episode in (53, 4):  # LIBERO's hard reset rebuilds the model: a few seconds each
+    for episode in (4, 99):  # ours is cheap: two of them
+        spatial.reset(11, {}, episode=episode)
+        np.testing.assert_array_equal(spatial.env.get_sim_state(), states[episode % 50])
+    for episode in (53,):  # LIBERO's hard reset rebuilds the model: a few seconds each, so one
         ours = spatial.reset(11, {}, episode=episode)
         np.testing.assert_array_equal(spatial.env.get_sim_state(), states[episode % 50])
         reference.seed(11)
@@ -114,14 +125,11 @@ def test_success_is_libero_goal_check_and_ends_the_episode():
     env.close()
 
 
-def test_a_camera_renders_offscreen():
-    env = _make_libero({"suite": "libero_spatial", "task": 0, "cameras": ["agentview", "eye_in_hand"],
-                        "camera_size": [48, 64], "settle_steps": 1}, {})
-    obs = env.reset(1, {}, episode=0)
+def test_a_camera_renders_offscreen(objects):
+    obs = objects.reset(1, {}, episode=0)
     image, wrist = obs["observation/images/agentview"], obs["observation/wrist_image"]
     assert image.shape == wrist.shape == (48, 64, 3) and image.dtype == np.uint8 and obs["observation/image"] is image
     assert image.std() > 5 and not np.array_equal(image, wrist)
-    env.close()
 
 
 def test_an_unknown_task_or_camera_is_a_load_error_naming_the_key(write_experiment):
