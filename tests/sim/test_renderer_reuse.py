@@ -20,7 +20,7 @@ def _env() -> MetaworldEnvironment:
 def test_next_renderer_of_a_size_reuses_the_closed_ones_context_and_draws_the_same():
     size = (48, 80)  # a size no other test renders at, so the pool starts without it
     first = _env()
-    assert first._renderers == {}  # state only: nothing rendered, no renderer made
+    assert len(first._renderers) == 0  # state only: nothing rendered, no renderer made
     reference = first.render("corner", *size)
     context = first._renderers[size]._gl
     first.close()

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from evalfleet.sim.rendering import RendererCache
 from evalfleet.sim.base import StepResult
 from evalfleet.sim.gymnasium_env import noise_rng
 
@@ -82,7 +83,7 @@ class AlohaEnvironment:
         from dm_control.rl.control import PhysicsError
 
         self._physics_error = PhysicsError
-        self._renderers: dict[tuple[int, int], Any] = {}
+        self._renderers = RendererCache(lambda: self.model, options.image_hw(), options.render_quality)
         self._last: dict[str, Any] = {}
         self._steps = 0
         self._action_noise = self._obs_noise = 0.0
@@ -172,18 +173,8 @@ class AlohaEnvironment:
     # -- rendering -------------------------------------------------------------------------------
     def render(self, camera: str, height: int | None = None, width: int | None = None) -> np.ndarray:
         """A named camera of the current state, uint8 H×W×3 the right way up (evalfleet's renderer)."""
-        default_h, default_w = self.options.image_hw()
-        size = (int(height or default_h), int(width or default_w))
-        renderer = self._renderers.get(size)
-        if renderer is None:
-            from evalfleet.sim.rendering import OffscreenRenderer
-
-            renderer = OffscreenRenderer(self.model, size[1], size[0], self.options.render_quality)
-            self._renderers[size] = renderer
-        return renderer.render(self.data, camera)["rgb"]
+        return self._renderers.rgb(self.data, camera, height, width)
 
     def close(self) -> None:
-        for renderer in self._renderers.values():
-            renderer.close()
-        self._renderers.clear()
+        self._renderers.close()
         self.env.close()

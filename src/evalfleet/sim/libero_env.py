@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from evalfleet.sim.rendering import RendererCache
 from evalfleet.sim.base import StepResult
 from evalfleet.sim.gymnasium_env import noise_rng
 from evalfleet.sim.libero_tasks import CAMERAS, configure_libero, get_task, init_states
@@ -61,7 +62,7 @@ class LiberoEnvironment:
         self.env = make_control_env(self.libero_task.bddl_file)
         self.action_low, self.action_high = (np.asarray(b, dtype=np.float64) for b in self.env.env.action_spec)
         self.action_dim = int(self.action_low.shape[0])
-        self._renderers: dict[tuple[int, int], Any] = {}
+        self._renderers = RendererCache(lambda: self.model, options.image_hw(), options.render_quality)
         self._steps = 0
         self._action_noise = self._obs_noise = 0.0
         self._action_rng = self._obs_rng = np.random.default_rng(0)
@@ -122,18 +123,8 @@ class LiberoEnvironment:
     # -- rendering -------------------------------------------------------------------------------
     def render(self, camera: str, height: int | None = None, width: int | None = None) -> np.ndarray:
         """A camera of the current state (evalfleet's or MuJoCo's name), uint8 H×W×3 the right way up."""
-        default_h, default_w = self.options.image_hw()
-        size = (int(height or default_h), int(width or default_w))
-        renderer = self._renderers.get(size)
-        if renderer is None:
-            from evalfleet.sim.rendering import OffscreenRenderer
-
-            renderer = OffscreenRenderer(self.model, size[1], size[0], self.options.render_quality)
-            self._renderers[size] = renderer
-        return renderer.render(self.data, CAMERAS.get(camera, camera))["rgb"]
+        return self._renderers.rgb(self.data, CAMERAS.get(camera, camera), height, width)
 
     def close(self) -> None:
-        for renderer in self._renderers.values():
-            renderer.close()
-        self._renderers.clear()
+        self._renderers.close()
         self.env.close()

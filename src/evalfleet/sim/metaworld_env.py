@@ -14,6 +14,7 @@ import mujoco
 import numpy as np
 
 from evalfleet.seeding import stable_hash
+from evalfleet.sim.rendering import RendererCache
 from evalfleet.sim.base import StepResult
 from evalfleet.sim.metaworld_spec import TASK_INSTRUCTIONS, MetaworldOptions, MetaworldProgress
 
@@ -65,7 +66,7 @@ class MetaworldEnvironment:
         self._varied_camera = mujoco.mj_name2id(
             model, mujoco.mjtObj.mjOBJ_CAMERA, options.varied_camera or options.image_camera
         )
-        self._renderers: dict[tuple[int, int], Any] = {}  # (height, width) → OffscreenRenderer, made on first use
+        self._renderers = RendererCache(lambda: self.env.model, options.image_hw(), options.render_quality)
         self._steps = 0
         self._progress = MetaworldProgress()  # near object → halfway → success, from each step's info
         self._action_noise = 0.0
@@ -176,15 +177,7 @@ class MetaworldEnvironment:
         """Render a named camera of the current state: uint8 H×W×3, or the renderer's dict
         ({"rgb", "depth"?, "segmentation"?}) when `depth=`/`segmentation=` keywords are given.
         The renderer is created on first use, in this process."""
-        default_h, default_w = self.options.image_hw()
-        size = (int(height or default_h), int(width or default_w))
-        renderer = self._renderers.get(size)
-        if renderer is None:
-            from evalfleet.sim.rendering import OffscreenRenderer
-
-            renderer = OffscreenRenderer(self.env.model, size[1], size[0], self.options.render_quality)
-            self._renderers[size] = renderer
-        out = renderer.render(self.env.data, camera, **kinds)
+        out = self._renderers.render(self.env.data, camera, height, width, **kinds)
         return out if kinds else out["rgb"]
 
     def _observation(self, obs: np.ndarray) -> dict[str, Any]:
@@ -208,7 +201,5 @@ class MetaworldEnvironment:
         return out
 
     def close(self) -> None:
-        for renderer in self._renderers.values():
-            renderer.close()
-        self._renderers.clear()
+        self._renderers.close()
         self.env.close()

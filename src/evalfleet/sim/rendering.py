@@ -25,7 +25,7 @@ import os
 import subprocess
 import sys
 import weakref
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import numpy as np
 
@@ -280,3 +280,37 @@ def back_project(
         x, y = -x, -y
     local = np.stack([x, y, -d], axis=1)
     return local @ np.asarray(cam_mat).reshape(3, 3).T + np.asarray(cam_pos)
+
+
+class RendererCache:
+    """An environment's offscreen renderers: one per image size for its MuJoCo model, each made on first use
+    (so inside the process that renders) and kept for the next frame."""
+
+    def __init__(self, model: Callable[[], Any], default_hw: tuple[int, int], quality: Quality = "fast"):
+        self.model = model  # read when a renderer is made: some simulators rebuild their model
+        self.default_hw = default_hw
+        self.quality = quality
+        self._renderers: dict[tuple[int, int], OffscreenRenderer] = {}
+
+    def render(self, data: Any, camera: str | int, height: int | None = None, width: int | None = None,
+               **kinds: bool) -> dict[str, np.ndarray]:
+        """The renderer's dict ({"rgb", "depth"?, "segmentation"?}) of `camera` at height × width."""
+        size = (int(height or self.default_hw[0]), int(width or self.default_hw[1]))
+        renderer = self._renderers.get(size)
+        if renderer is None:
+            renderer = self._renderers[size] = OffscreenRenderer(self.model(), size[1], size[0], self.quality)
+        return renderer.render(data, camera, **kinds)
+
+    def rgb(self, data: Any, camera: str | int, height: int | None = None, width: int | None = None) -> np.ndarray:
+        return self.render(data, camera, height, width)["rgb"]
+
+    def __getitem__(self, size: tuple[int, int]) -> OffscreenRenderer:
+        return self._renderers[size]
+
+    def __len__(self) -> int:  # how many renderers exist (none until something renders)
+        return len(self._renderers)
+
+    def close(self) -> None:
+        for renderer in self._renderers.values():
+            renderer.close()
+        self._renderers.clear()

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
+from evalfleet.sim.rendering import RendererCache
 from evalfleet.sim.base import StepResult
 from evalfleet.sim.gymnasium_env import noise_rng
 
@@ -89,7 +90,7 @@ class RobosuiteEnvironment:
         self._nominal_inertia = model.body_inertia.copy()
         free = np.flatnonzero(model.jnt_type == mujoco.mjtJoint.mjJNT_FREE)
         self._free_bodies = sorted({int(model.jnt_bodyid[j]) for j in free})
-        self._renderers: dict[tuple[int, int], Any] = {}
+        self._renderers = RendererCache(lambda: self.model, options.image_hw(), options.render_quality)
         self._steps = 0
         self._action_noise = self._obs_noise = 0.0
         self._action_rng = self._obs_rng = np.random.default_rng(0)
@@ -161,18 +162,8 @@ class RobosuiteEnvironment:
     # -- rendering -------------------------------------------------------------------------------
     def render(self, camera: str, height: int | None = None, width: int | None = None) -> np.ndarray:
         """A named camera of the current state, uint8 H×W×3 the right way up (evalfleet's renderer)."""
-        default_h, default_w = self.options.image_hw()
-        size = (int(height or default_h), int(width or default_w))
-        renderer = self._renderers.get(size)
-        if renderer is None:
-            from evalfleet.sim.rendering import OffscreenRenderer
-
-            renderer = OffscreenRenderer(self.model, size[1], size[0], self.options.render_quality)
-            self._renderers[size] = renderer
-        return renderer.render(self.data, camera)["rgb"]
+        return self._renderers.rgb(self.data, camera, height, width)
 
     def close(self) -> None:
-        for renderer in self._renderers.values():
-            renderer.close()
-        self._renderers.clear()
+        self._renderers.close()
         self.env.close()
