@@ -11,6 +11,7 @@ import sys
 from evalfleet import __version__
 from evalfleet.arguments import normalise_argv
 from evalfleet.errors import UserError
+from evalfleet.feedback import disable_cli_feedback
 
 COMMAND_MODULES = (
     "evalfleet.experiment.commands",  # overrides, plan, variations
@@ -64,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("evalfleet: interrupted", file=sys.stderr)
         return 130
+    finally:
+        disable_cli_feedback()  # a handler's stderr feedback ends with its command
     return int(code or 0)
 
 

@@ -53,6 +53,17 @@ def enable_cli_feedback(stream: Any = None) -> None:
         _bars = False
 
 
+def disable_cli_feedback() -> None:
+    """Undo `enable_cli_feedback` (the command is done: in-process callers of `evalfleet.cli.main`, such as
+    tests or notebooks, get the library's quiet logging back)."""
+    global _bars
+    root = logging.getLogger("evalfleet")
+    for handler in [h for h in root.handlers if isinstance(h, _CliHandler)]:
+        root.removeHandler(handler)
+    root.setLevel(logging.NOTSET)
+    _bars = False
+
+
 def track(items: Sequence[T] | Iterable[T], description: str, *, total: int | None = None) -> Iterator[T]:
     """The items, with a progress bar on stderr while they are consumed, when the command line asked
     for feedback, stderr is a terminal and the work is long; otherwise just the items."""

@@ -122,15 +122,20 @@ def _release_gl_context(context: Any, width: int, height: int) -> None:
 
 
 
+def free_idle_contexts() -> None:
+    """Free the GL contexts kept for later renderers."""
+    for contexts in _idle_contexts.values():
+        for context in contexts:
+            context.free()
+    _idle_contexts.clear()
+
+
 def _close_all() -> None:
     global _closing
     _closing = True
     for renderer in list(_live):
         renderer.close()
-    for contexts in _idle_contexts.values():
-        for context in contexts:
-            context.free()
-    _idle_contexts.clear()
+    free_idle_contexts()
 
 
 class OffscreenRenderer:
