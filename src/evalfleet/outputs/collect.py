@@ -300,7 +300,8 @@ def _collect(sources: list[str], output: str, *, endpoint_url: str | None, repor
                 log.warning("%s differs from %s; keeping the first", loc.display(EXPERIMENT_FILE),
                             experiment_loc.display(EXPERIMENT_FILE))
 
-    runs += _never_started(runs, experiment_bytes)
+    named, shared = _experiment_runs(experiment_bytes)
+    runs = _in_experiment_order(runs + _never_started(runs, named, shared), [str(n) for n in named])
     if is_long(**work_size(runs)):
         log.info("collecting %d Runs from %d source(s) into %s", len(runs), len(locations), output)
     for run in runs:
@@ -323,23 +324,34 @@ def _collect(sources: list[str], output: str, *, endpoint_url: str | None, repor
     return collected
 
 
-def _never_started(found: list[RunData], experiment_bytes: bytes | None) -> list[RunData]:
-    """Runs the Experiment names that left nothing at all (their task never started, or its output was
-    lost): failed, with the reason, so every Run of the Experiment has an execution status."""
+def _experiment_runs(experiment_bytes: bytes | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The Runs the output's experiment.yaml names, in its order, and its `shared` ({} when unreadable)."""
     if experiment_bytes is None:
-        return []
+        return {}, {}
     from evalfleet.experiment.safe_yaml import parse_yaml
 
     try:
         doc = parse_yaml(experiment_bytes.decode("utf-8", errors="replace"), EXPERIMENT_FILE)
     except UserError:
-        return []
+        return {}, {}
     runs = doc.get("runs") if isinstance(doc, dict) else None
     if isinstance(runs, list):
         runs = {r.get("name"): r for r in runs if isinstance(r, dict)}
     if not isinstance(runs, dict):
-        return []
-    shared = doc.get("shared") if isinstance(doc.get("shared"), dict) else {}
+        return {}, {}
+    return runs, doc.get("shared") if isinstance(doc.get("shared"), dict) else {}
+
+
+def _in_experiment_order(found: list[RunData], order: list[str]) -> list[RunData]:
+    """The Experiment's order (the report and experiment_result.json list Runs as the file does); Runs it does
+    not name follow by name."""
+    index = {name: i for i, name in enumerate(order)}
+    return sorted(found, key=lambda r: (index.get(r.name, len(index)), r.name))
+
+
+def _never_started(found: list[RunData], runs: dict[str, Any], shared: dict[str, Any]) -> list[RunData]:
+    """Runs the Experiment names that left nothing at all (their task never started, or its output was
+    lost): failed, with the reason, so every Run of the Experiment has an execution status."""
     have = {r.name for r in found}
     out = []
     for name, run in runs.items():
