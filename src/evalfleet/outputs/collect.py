@@ -301,7 +301,7 @@ def _collect(sources: list[str], output: str, *, endpoint_url: str | None, repor
                             experiment_loc.display(EXPERIMENT_FILE))
 
     named, shared = _experiment_runs(experiment_bytes)
-    runs = _in_experiment_order(runs + _never_started(runs, named, shared), [str(n) for n in named])
+    runs = in_experiment_order(runs + _never_started(runs, named, shared), [str(n) for n in named])
     if is_long(**work_size(runs)):
         log.info("collecting %d Runs from %d source(s) into %s", len(runs), len(locations), output)
     for run in runs:
@@ -342,7 +342,12 @@ def _experiment_runs(experiment_bytes: bytes | None) -> tuple[dict[str, Any], di
     return runs, doc.get("shared") if isinstance(doc.get("shared"), dict) else {}
 
 
-def _in_experiment_order(found: list[RunData], order: list[str]) -> list[RunData]:
+def experiment_run_order(experiment_bytes: bytes | None) -> list[str]:
+    """The Run names of an output's experiment.yaml, in its order ([] when there is none)."""
+    return [str(name) for name in _experiment_runs(experiment_bytes)[0]]
+
+
+def in_experiment_order(found: list[RunData], order: list[str]) -> list[RunData]:
     """The Experiment's order (the report and experiment_result.json list Runs as the file does); Runs it does
     not name follow by name."""
     index = {name: i for i, name in enumerate(order)}

@@ -12,7 +12,8 @@ from typing import Any
 
 from evalfleet.errors import UserError
 from evalfleet.feedback import is_long
-from evalfleet.outputs.collect import PLOTS_DIR, Collected, collect_runs, load_runs, work_size, write_collected_report
+from evalfleet.outputs.collect import (PLOTS_DIR, Collected, collect_runs, experiment_run_order, in_experiment_order,
+                                      load_runs, work_size, write_collected_report)
 from evalfleet.outputs.report import REPORT_FILE, render_report
 from evalfleet.outputs.storage import Location, atomic_write_bytes
 from evalfleet.outputs.summary import RESULT_FILE, build_result, provenance, summarise_run
@@ -66,6 +67,9 @@ def write_report(directory: str | os.PathLike[str], *, title: str | None = None)
     runs = load_runs([loc], merged_only=True)
     if not runs:
         raise UserError("no Runs found here (expected <run>/episode_results.jsonl)", where=directory)
+    experiment = os.path.join(directory, "experiment.yaml")
+    exp_bytes = Path(experiment).read_bytes() if os.path.isfile(experiment) else None
+    runs = in_experiment_order(runs, experiment_run_order(exp_bytes))  # as collect lists them
     result_path = os.path.join(directory, RESULT_FILE)
     result = None
     if os.path.exists(result_path):
@@ -77,8 +81,6 @@ def write_report(directory: str | os.PathLike[str], *, title: str | None = None)
         if not isinstance(result, dict) or not isinstance(result.get("runs"), dict):
             raise UserError("not an evalfleet experiment result", where=result_path)
     if result is None:
-        experiment = os.path.join(directory, "experiment.yaml")
-        exp_bytes = Path(experiment).read_bytes() if os.path.exists(experiment) else None
         result = build_result([summarise_run(r.name, r.records, r.status, set_aside=r.set_aside) for r in runs],
                               provenance(exp_bytes))
     plots_dir = os.path.join(directory, PLOTS_DIR)
