@@ -126,7 +126,13 @@ def free_idle_contexts() -> None:
     """Free the GL contexts kept for later renderers."""
     for contexts in _idle_contexts.values():
         for context in contexts:
-            context.free()
+            try:
+                context.free()
+            except Exception:  # noqa: BLE001 - at exit another library may have ended the EGL display first
+                if not _closing:
+                    raise
+                # Nothing left to free; without this the context's __del__ would try (and print) again.
+                context._context = None
     _idle_contexts.clear()
 
 
