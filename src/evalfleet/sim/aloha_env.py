@@ -28,7 +28,7 @@ import numpy as np
 
 from evalfleet.sim.rendering import RendererCache
 from evalfleet.sim.base import StepResult
-from evalfleet.sim.gymnasium_env import noise_rng
+from evalfleet.sim.gymnasium_env import RobotNoise
 
 if TYPE_CHECKING:
     from evalfleet.sim.aloha_spec import AlohaOptions
@@ -86,8 +86,7 @@ class AlohaEnvironment:
         self._renderers = RendererCache(lambda: self.model, options.image_hw(), options.render_quality)
         self._last: dict[str, Any] = {}
         self._steps = 0
-        self._action_noise = self._obs_noise = 0.0
-        self._action_rng = self._obs_rng = np.random.default_rng(0)
+        self._noise = RobotNoise()
 
     @property
     def model(self) -> Any:
@@ -124,18 +123,14 @@ class AlohaEnvironment:
         # gym-aloha seeds NumPy RandomStates with it: 32 bits.
         raw, _info = self.env.reset(seed=int(seed) % 2**32)
         self._steps = 0
-        self._action_noise = float(variations.get("robot.action_noise") or 0.0)
-        self._obs_noise = float(variations.get("robot.observation_noise") or 0.0)
-        self._action_rng = noise_rng(seed, "robot.action_noise")
-        self._obs_rng = noise_rng(seed, "robot.observation_noise")
+        self._noise.reset(seed, variations)
         return self._observation(raw)
 
     def step(self, action: np.ndarray) -> StepResult:
         a = np.asarray(action, dtype=np.float64).reshape(-1)[: self.action_dim]
         if self.actions == "normalized":
             a = self.action_low + (np.clip(a, -1.0, 1.0) + 1.0) * 0.5 * (self.action_high - self.action_low)
-        if self._action_noise > 0:
-            a = a + self._action_rng.normal(0.0, self._action_noise, size=a.shape)
+        a = self._noise.action(a)
         # MuJoCo clamps the arms' controls to these ranges anyway; the grippers' 0..1 maps inside theirs.
         a = np.clip(a, self.action_low, self.action_high)
         self._steps += 1
@@ -155,8 +150,7 @@ class AlohaEnvironment:
         kind = self.options.obs_type
         parts = {"state": ("qpos", "qvel", "env_state"), "pixels_agent_pos": ("qpos",), "pixels": ()}[kind]
         state = np.concatenate([np.asarray(raw[k], dtype=np.float64).reshape(-1) for k in parts]) if parts else np.zeros(0)
-        if self._obs_noise > 0 and state.size:
-            state = state + self._obs_rng.normal(0.0, self._obs_noise, size=state.shape)
+        state = self._noise.observation(state)
         out: dict[str, Any] = {"observation/state": state, "prompt": self.instruction}
         wrist_done = False
         for i, camera in enumerate(self.cameras):

@@ -30,6 +30,31 @@ def noise_rng(seed: int, name: str) -> np.random.Generator:
     return np.random.default_rng([seed, stable_hash("noise", name) % 2**32])
 
 
+class RobotNoise:
+    """`robot.action_noise` and `robot.observation_noise` (Gaussian std) of one episode, each drawn from its own
+    generator seeded by the episode's seed; zero until `reset`, so nothing leaks into a nominal episode."""
+
+    def __init__(self) -> None:
+        self.action_std = self.observation_std = 0.0
+        self._action_rng = self._obs_rng = np.random.default_rng(0)
+
+    def reset(self, seed: int, variations: dict[str, Any]) -> None:
+        self.action_std = float(variations.get("robot.action_noise") or 0.0)
+        self.observation_std = float(variations.get("robot.observation_noise") or 0.0)
+        self._action_rng = noise_rng(seed, "robot.action_noise")
+        self._obs_rng = noise_rng(seed, "robot.observation_noise")
+
+    def action(self, action: np.ndarray) -> np.ndarray:
+        if self.action_std > 0:
+            action = action + self._action_rng.normal(0.0, self.action_std, size=action.shape)
+        return action
+
+    def observation(self, state: np.ndarray) -> np.ndarray:
+        if self.observation_std > 0 and state.size:
+            state = state + self._obs_rng.normal(0.0, self.observation_std, size=state.shape)
+        return state
+
+
 @dataclass(frozen=True)
 class SuccessRule:
     """How an episode counts as a success: a truthy `info[info_key]`, a step reward of at least

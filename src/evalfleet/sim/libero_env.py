@@ -20,7 +20,7 @@ import numpy as np
 
 from evalfleet.sim.rendering import RendererCache
 from evalfleet.sim.base import StepResult
-from evalfleet.sim.gymnasium_env import noise_rng
+from evalfleet.sim.gymnasium_env import RobotNoise
 from evalfleet.sim.libero_tasks import CAMERAS, configure_libero, get_task, init_states
 from evalfleet.sim.robosuite_env import import_robosuite, seeded_global_numpy
 
@@ -64,8 +64,7 @@ class LiberoEnvironment:
         self.action_dim = int(self.action_low.shape[0])
         self._renderers = RendererCache(lambda: self.model, options.image_hw(), options.render_quality)
         self._steps = 0
-        self._action_noise = self._obs_noise = 0.0
-        self._action_rng = self._obs_rng = np.random.default_rng(0)
+        self._noise = RobotNoise()
 
     @property
     def model(self) -> Any:
@@ -89,16 +88,12 @@ class LiberoEnvironment:
         for _ in range(self.options.settle_steps):
             obs, _reward, _done, _info = self.env.step(NOOP)
         self._steps = 0
-        self._action_noise = float(variations.get("robot.action_noise") or 0.0)
-        self._obs_noise = float(variations.get("robot.observation_noise") or 0.0)
-        self._action_rng = noise_rng(seed, "robot.action_noise")
-        self._obs_rng = noise_rng(seed, "robot.observation_noise")
+        self._noise.reset(seed, variations)
         return self._observation(obs)
 
     def step(self, action: np.ndarray) -> StepResult:
         action = np.asarray(action, dtype=np.float64).reshape(-1)[: self.action_dim]
-        if self._action_noise > 0:
-            action = action + self._action_rng.normal(0.0, self._action_noise, size=action.shape)
+        action = self._noise.action(action)
         action = np.clip(action, self.action_low, self.action_high)
         obs, reward, _done, _info = self.env.step(action)
         self._steps += 1
@@ -108,8 +103,7 @@ class LiberoEnvironment:
 
     def _observation(self, obs: dict[str, Any]) -> dict[str, Any]:
         state = np.concatenate([np.asarray(obs[k], dtype=np.float64).reshape(-1) for k in STATE_KEYS])
-        if self._obs_noise > 0:
-            state = state + self._obs_rng.normal(0.0, self._obs_noise, size=state.shape)
+        state = self._noise.observation(state)
         out: dict[str, Any] = {"observation/state": state, "prompt": self.instruction}
         for i, camera in enumerate(self.cameras):
             image = self.render(camera)

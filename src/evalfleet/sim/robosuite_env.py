@@ -23,7 +23,7 @@ import numpy as np
 
 from evalfleet.sim.rendering import RendererCache
 from evalfleet.sim.base import StepResult
-from evalfleet.sim.gymnasium_env import noise_rng
+from evalfleet.sim.gymnasium_env import RobotNoise
 
 if TYPE_CHECKING:  # the spec loads this module on first use; it passes the options and the instruction in
     from evalfleet.sim.robosuite_spec import RobosuiteOptions
@@ -92,8 +92,7 @@ class RobosuiteEnvironment:
         self._free_bodies = sorted({int(model.jnt_bodyid[j]) for j in free})
         self._renderers = RendererCache(lambda: self.model, options.image_hw(), options.render_quality)
         self._steps = 0
-        self._action_noise = self._obs_noise = 0.0
-        self._action_rng = self._obs_rng = np.random.default_rng(0)
+        self._noise = RobotNoise()
 
     @property
     def model(self) -> Any:
@@ -126,16 +125,12 @@ class RobosuiteEnvironment:
             if getattr(robot, "has_gripper", False):
                 robot.gripper.current_action = np.zeros(robot.gripper.dof)
         self._steps = 0
-        self._action_noise = float(variations.get("robot.action_noise") or 0.0)
-        self._obs_noise = float(variations.get("robot.observation_noise") or 0.0)
-        self._action_rng = noise_rng(seed, "robot.action_noise")
-        self._obs_rng = noise_rng(seed, "robot.observation_noise")
+        self._noise.reset(seed, variations)
         return self._observation(obs)
 
     def step(self, action: np.ndarray) -> StepResult:
         action = np.asarray(action, dtype=np.float64).reshape(-1)[: self.action_dim]
-        if self._action_noise > 0:
-            action = action + self._action_rng.normal(0.0, self._action_noise, size=action.shape)
+        action = self._noise.action(action)
         action = np.clip(action, self.action_low, self.action_high)
         obs, reward, _done, _info = self.env.step(action)
         self._steps += 1
@@ -147,8 +142,7 @@ class RobosuiteEnvironment:
         parts = [np.asarray(obs["object-state"], dtype=np.float64).reshape(-1)] if "object-state" in obs else []
         parts += [np.asarray(obs[k], dtype=np.float64).reshape(-1) for k in ROBOT_STATE_KEYS]
         state = np.concatenate(parts)
-        if self._obs_noise > 0:
-            state = state + self._obs_rng.normal(0.0, self._obs_noise, size=state.shape)
+        state = self._noise.observation(state)
         out: dict[str, Any] = {"observation/state": state, "prompt": self.instruction}
         for i, camera in enumerate(self.cameras):
             image = self.render(camera)
