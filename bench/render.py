@@ -15,11 +15,12 @@ Prints JSON:
   `recording: {video: true, cameras: [corner], every_n_episodes: 10, fps: 20}` at 224×224, and the
   relative overhead, in `--repeats` interleaved rounds (the order rotates each round). The state Run
   renders nothing otherwise, so recording pays for its frames (~10x a physics step each): `fps: 20`
-  renders one state in four of Meta-World's 80 Hz control; `every_step` (state policy only) is full-rate
-  recording, one frame per step, as before frames were sampled. The camera Run renders corner +
+  renders one state in four of Meta-World's 80 Hz control, `fps10` one in eight (state policy only: the
+  price of a smoother video); `every_step` (state policy only) is full-rate recording, one frame per step,
+  as before frames were sampled. The camera Run renders corner +
   gripperPOV at 224 px every step as a camera policy's would (recording reuses those frames: only
   encoding is added). A one-episode warm-up of each configuration first takes the process's one-time
-  costs (imports, the GL backend, the first GL context, ffmpeg's first start) out of every timed run;
+  costs (imports, the GL backend, the first GL context, the encoder's first use) out of every timed run;
   `renderer_setup_s` states the GL part;
 - `vision_policy` (when --vision-episodes > 0): success of `metaworld_vision` (corner camera, 160 px)
   on pick-place-v3 and push-v3 at nominal and with `camera.position_offset` uniform in ±offset
@@ -98,6 +99,7 @@ RECORDING = {"video": True, "cameras": ["corner"], "every_n_episodes": 10, "fps"
 def recording_overhead(episodes: int, cameras: bool, repeats: int) -> dict:
     configs = {"without": None, "fps20": RECORDING}
     if not cameras:
+        configs["fps10"] = {**RECORDING, "fps": 10}
         configs["every_step"] = {**RECORDING, "every_step": True}
     seconds: dict[str, list[float]] = {name: [] for name in configs}
     frames: dict[str, int] = {}
@@ -123,9 +125,10 @@ def recording_overhead(episodes: int, cameras: bool, repeats: int) -> dict:
 
 
 def _frame_count(path: Path) -> int:
-    import imageio.v3 as iio
+    import av
 
-    return sum(1 for _ in iio.imiter(path, plugin="FFMPEG"))
+    with av.open(str(path)) as container:
+        return sum(1 for _ in container.decode(video=0))
 
 
 def vision_success(task: str, episodes: int, offset: float) -> float:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what offscreen MuJoCo rendering needs on Debian/Ubuntu: Mesa's EGL (the default backend,
-# software llvmpipe when there is no GPU) and OSMesa (the fallback), plus imageio + imageio-ffmpeg for
-# mp4 recording (the ffmpeg binary ships inside imageio-ffmpeg). Idempotent: installs only what is missing.
+# software llvmpipe when there is no GPU) and OSMesa (the fallback), plus PyAV for mp4 recording (its
+# wheels carry FFmpeg's libraries with libx264). Idempotent: installs only what is missing.
 set -euo pipefail
 
 need=()
@@ -17,8 +17,8 @@ if ((${#need[@]})); then
 fi
 
 PY="${PYTHON:-python}"
-if ! "$PY" -c "import imageio, imageio_ffmpeg" 2>/dev/null; then
-  echo "install-render-deps: pip install imageio imageio-ffmpeg"
-  "$PY" -m pip install -q "imageio>=2.34" "imageio-ffmpeg>=0.5"
+if ! "$PY" -c "import av" 2>/dev/null; then
+  echo "install-render-deps: pip install av"
+  "$PY" -m pip install -q "av>=14,<19"
 fi
 echo "install-render-deps: ok"

@@ -17,12 +17,12 @@ from evalfleet.experiment.plan import make_plan
 from evalfleet.rollout.runner import latest_records, run_shards
 from evalfleet.rollout.video import FrameClock
 
-imageio = pytest.importorskip("imageio.v3")
-pytest.importorskip("imageio_ffmpeg")
+av = pytest.importorskip("av")
 
 
 def _decode(path: Path) -> np.ndarray:
-    return np.stack(list(imageio.imiter(path, plugin="FFMPEG")))
+    with av.open(str(path)) as container:
+        return np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
 
 
 def _recorded_run(episodes: int, every: int, width: int, height: int, max_steps: int = 12, fps: int = 10,
@@ -47,7 +47,8 @@ def _metaworld_control_hz() -> float:
 
 
 def _fps(path: Path) -> float:
-    return float(imageio.immeta(path, plugin="FFMPEG")["fps"])
+    with av.open(str(path)) as container:
+        return float(container.streams.video[0].average_rate)
 
 
 @pytest.mark.parametrize("env_renders", [False, True], ids=["state-run", "camera-run-frames-reused"])

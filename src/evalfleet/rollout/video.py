@@ -16,10 +16,11 @@ the control rate where it is known (at `fps` otherwise).
 Frames come from the environment's `render(camera, height, width)` (its renderer is made on first use,
 so only an episode that records creates one, and the env keeps it for the next), or from the
 observation's own `observation/images/<camera>` when the Run renders that camera at the recording size
-anyway. Written with imageio's ffmpeg plugin (imageio-ffmpeg ships the ffmpeg binary) with x264's
-`veryfast` preset (a fraction of the default preset's CPU for these small frames); H.264 wants sizes
-that are multiples of 16, so other sizes are scaled to the next multiple of 16 by ffmpeg (choose
-width/height as multiples of 16 to keep them exact).
+anyway. Encoded in this process with PyAV (FFmpeg's libraries, libx264 included, ship in its wheels):
+no ffmpeg process per video, one encoder thread (a worker already has a core of its own), x264's
+`veryfast` preset (a fraction of the default preset's CPU for these small frames). H.264 wants sizes
+that are multiples of 16, so other sizes are scaled to the next multiple of 16 (choose width/height as
+multiples of 16 to keep them exact).
 """
 
 from __future__ import annotations
@@ -69,26 +70,62 @@ class FrameClock:
         return int(episode_length * self._ratio) + 1
 
 
+def padded(size: int) -> int:
+    """The encoded size of a frame side: the next multiple of the macro block."""
+    return -(-int(size) // MACRO_BLOCK) * MACRO_BLOCK
+
+
+class Mp4Writer:
+    """One H.264 mp4 file, written frame by frame (uint8 H×W×3 RGB) at a constant frame rate."""
+
+    def __init__(self, path: str | Path, width: int, height: int, fps: float):
+        import av
+
+        self._av = av
+        self._container = av.open(str(path), mode="w")
+        try:
+            rate = Fraction(fps).limit_denominator(1000)
+            self._stream = self._container.add_stream("libx264", rate=rate)
+            self._stream.width, self._stream.height = padded(width), padded(height)
+            self._stream.pix_fmt = "yuv420p"
+            self._stream.codec_context.thread_count = 1
+            self._stream.options = {"preset": X264_PRESET}
+        except BaseException:
+            self._container.close()
+            raise
+        self.frames = 0
+
+    def append(self, frame: np.ndarray) -> None:
+        picture = self._av.VideoFrame.from_ndarray(np.ascontiguousarray(frame, dtype=np.uint8), format="rgb24")
+        picture.pts = self.frames  # in frames: the stream's time base is 1/fps
+        self._container.mux(self._stream.encode(picture))
+        self.frames += 1
+
+    def close(self) -> None:
+        try:
+            self._container.mux(self._stream.encode(None))  # flush the encoder's delayed frames
+        finally:
+            self._container.close()
+
+
 class EpisodeVideo:
     """Streams one episode's frames of several cameras into mp4 files (written as they come)."""
 
     def __init__(self, run_dir: str | Path, episode: int, recording: Any, control_hz: float | None = None):
-        import imageio.v2 as imageio
-
         self.cameras = list(recording.cameras)
         self.width = int(recording.width or DEFAULT_SIZE)
         self.height = int(recording.height or recording.width or DEFAULT_SIZE)
         self.paths = {cam: video_relpath(cam, episode) for cam in self.cameras}
         self.clock = FrameClock(recording.fps, control_hz, bool(getattr(recording, "every_step", False)))
-        self._writers = {}
-        for cam, rel in self.paths.items():
-            path = Path(run_dir) / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._writers[cam] = imageio.get_writer(
-                str(path), format="FFMPEG", mode="I", fps=self.clock.playback_fps, codec="libx264",
-                quality=7, macro_block_size=MACRO_BLOCK, ffmpeg_log_level="error",
-                output_params=["-preset", X264_PRESET],
-            )
+        self._writers: dict[str, Mp4Writer] = {}
+        try:
+            for cam, rel in self.paths.items():
+                path = Path(run_dir) / rel
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self._writers[cam] = Mp4Writer(path, self.width, self.height, self.clock.playback_fps)
+        except BaseException:
+            self.close()
+            raise
         self.steps = -1  # the first add() is the first observation (step 0)
         self.frames = 0
 
@@ -103,11 +140,17 @@ class EpisodeVideo:
             frame = (observation or {}).get(f"observation/images/{cam}")
             if frame is None or np.shape(frame)[:2] != (self.height, self.width):
                 frame = env.render(cam, self.height, self.width)
-            writer.append_data(np.asarray(frame, dtype=np.uint8))
+            writer.append(frame)
         self.frames += 1
 
     def close(self) -> dict[str, str]:
-        for writer in self._writers.values():
-            writer.close()
-        self._writers.clear()
+        writers, self._writers = self._writers, {}
+        error = None
+        for writer in writers.values():
+            try:
+                writer.close()
+            except Exception as exc:  # noqa: BLE001 - close every file, then report the first failure
+                error = error or exc
+        if error is not None:
+            raise error
         return dict(self.paths)
