@@ -76,3 +76,33 @@ def test_loaded_experiment_takes_no_further_overrides(tmp_path):
     with pytest.raises(evalfleet.UserError, match="overrides apply when loading"):
         evalfleet.run(load_experiment(QUICKSTART), overrides=["seed=1"], output=tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_worker_that_ends_first_lends_its_core_to_finalize_s_imports(write_experiment, tmp_path, monkeypatch):
+    """The pipeline's spare-core work (preloading what finalize imports) runs once, in the local backend's
+    supervising thread of a worker that has ended, while another worker still runs; the results are the
+    same as ever."""
+    import threading
+
+    from evalfleet.execution import pipeline
+    from evalfleet_testkit import metaworld_run
+
+    calls = []
+
+    def recording_preload():
+        others = [t for t in threading.enumerate()
+                  if t is not threading.current_thread() and "(_supervise)" in t.name and t.is_alive()]
+        calls.append((threading.current_thread().name, len(others)))
+
+    monkeypatch.setattr(pipeline, "preload", recording_preload)
+    path = write_experiment({
+        "short": metaworld_run("reach-v3", episodes=1),
+        "long": metaworld_run("reach-v3", episodes=16, policy={"type": "random"},
+                              environment={"type": "metaworld", "task": "reach-v3", "max_steps": 60}),
+    })
+    result = evalfleet.run(path, output=tmp_path / "out", workers=2, shard_size=100, progress=False,
+                           log=lambda line: None)
+    assert result.ok and result.runs["short"].decided == 1 and result.runs["long"].decided == 16
+    assert len(calls) == 1, calls
+    thread, others_running = calls[0]
+    assert "(_supervise)" in thread and others_running == 1

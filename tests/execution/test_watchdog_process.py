@@ -247,6 +247,21 @@ def test_stop_event_stops_a_supervised_runner(tmp_path):
     assert gone(info["pid"]) and gone(info["grandchild"])
 
 
+def test_a_runner_that_finishes_is_noticed_without_waiting_for_the_next_poll(tmp_path):
+    """The watchdog wakes when its child exits: with a poll (and every deadline) far longer than the hang
+    guard, a runner that completes still ends supervise() well inside the guard."""
+    log = tmp_path / "log.jsonl"
+    slow_looks = dict(FAST, poll=10 * GUARD_S, startup_timeout=10 * GUARD_S, stall_timeout=10 * GUARD_S)
+    thread, box = in_thread(
+        lambda: supervise(runner_cmd(log, episodes=2), tmp_path / "hb.json", WatchdogConfig(**slow_looks),
+                          log=lambda _: None)
+    )
+    thread.join(GUARD_S)
+    assert not thread.is_alive(), "the watchdog slept through its child's exit"
+    assert box[0].state == "completed" and box[0].restarts == 0
+    assert sorted(r["episode"] for r in read_log(log)) == [0, 1]
+
+
 def test_cli_forwards_output_and_passes_heartbeat_and_attempt(tmp_path):
     script = (
         "import os, sys; print('out', os.environ['EVALFLEET_ATTEMPT'], os.environ['EVALFLEET_HEARTBEAT']);"

@@ -148,3 +148,42 @@ def test_a_torn_last_line_is_tolerated_and_its_episode_rerun(write_experiment, t
     assert sorted(latest_records(out, "r")) == [0, 1, 2]
     assert _run(path, out, shard_size=10) == base
     assert len([x for x in part.read_text().splitlines() if x.startswith("{") and x.endswith("}")]) == 4
+
+
+def test_a_worker_keeps_recent_runs_envs_open_across_interleaved_shards(write_experiment, tmp_path, monkeypatch):
+    """Shards arrive earliest-episodes-first across Runs (A0 B0 C0 A2 B2 C2 ...): each Run's env is built
+    once while it fits in `keep_runners`, the least recently used one is closed when it does not, every
+    env is closed at the end, and the records are the same either way."""
+    from evalfleet.sim.metaworld_env import MetaworldEnvironment
+
+    built, closed = [], []
+    init, close = MetaworldEnvironment.__init__, MetaworldEnvironment.close
+
+    def counting_init(self, options, *args, **kwargs):
+        built.append(options.task)
+        init(self, options, *args, **kwargs)
+
+    def counting_close(self):
+        closed.append(self.options.task)
+        close(self)
+
+    monkeypatch.setattr(MetaworldEnvironment, "__init__", counting_init)
+    monkeypatch.setattr(MetaworldEnvironment, "close", counting_close)
+    short = {"max_steps": 30}
+    path = write_experiment({
+        name: metaworld_run(task, episodes=4, environment={"type": "metaworld", "task": task, **short})
+        for name, task in (("a", "reach-v3"), ("b", "push-v3"), ("c", "drawer-open-v3"))
+    })
+    plan = make_plan(load_experiment(path), shard_size=2)
+    order = sorted(plan.shards, key=lambda s: (s.start, list(plan.runs).index(s.run)))
+
+    run_shards(plan.runs, order, tmp_path / "kept")
+    assert sorted(built) == ["drawer-open-v3", "push-v3", "reach-v3"]
+    assert sorted(closed) == sorted(built)
+
+    built.clear(), closed.clear()
+    run_shards(plan.runs, order, tmp_path / "two", keep_runners=2)
+    # a b c(closes a) a(closes b) b(closes c) c: six builds, the LRU Run closed each time
+    assert built == ["reach-v3", "push-v3", "drawer-open-v3"] * 2
+    assert closed[:3] == ["reach-v3", "push-v3", "drawer-open-v3"] and sorted(closed) == sorted(built)
+    assert _outcomes(tmp_path / "kept", list(plan.runs)) == _outcomes(tmp_path / "two", list(plan.runs))

@@ -80,6 +80,14 @@ def progress_cells(labelled: list[tuple[Arm, dict[str, Any]]]) -> dict[Arm, Cell
     return cells
 
 
+def load_matplotlib() -> None:
+    """Import matplotlib with its Agg backend (a few tenths of a second), as drawing a plot would."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot  # noqa: F401
+
+
 def grouped_bar_plot(
     cells: dict[Arm, Cell],
     tasks: list[str],
@@ -91,10 +99,9 @@ def grouped_bar_plot(
     percent: bool = True,
 ) -> tuple[int, int]:
     """Draw and save the plot; returns its pixel size."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+    load_matplotlib()
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     width_px, height_px = plot_size_px(len(tasks), len(policies))
     fig, ax = plt.subplots(figsize=(width_px / DPI, height_px / DPI), dpi=DPI)

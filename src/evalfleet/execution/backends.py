@@ -51,6 +51,9 @@ class ExecutionJob:
     watchdog: WatchdogConfig = field(default_factory=WatchdogConfig.local)
     show_progress: bool = True
     log: Callable[[str], None] = print
+    # Driver-side work for a core a worker has freed while others still run (the pipeline preloads what
+    # finalize imports); a backend may call it once, or never.
+    spare_core_work: Callable[[], None] | None = None
 
     def ordered_shards(self) -> list[Shard]:
         return ordered_shards(self.plan)

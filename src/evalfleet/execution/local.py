@@ -75,6 +75,8 @@ class LocalRun:
     workers: int
     experiment_file: Path  # what workers load
     stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+    _spare_taken: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def plan(self):  # noqa: ANN201 - evalfleet.experiment.plan.Plan
@@ -116,6 +118,7 @@ class LocalRun:
         shards = self.job.ordered_shards()
         results = [WorkerResult(i, shards) for i in range(max(1, min(self.workers, len(shards))))]
         threads = [threading.Thread(target=self._supervise, args=(r, internal), daemon=True) for r in results]
+        self._threads = threads
         for t in threads:
             t.start()
         tracker = ProgressTracker.for_plan(self.out, self.plan)
@@ -150,6 +153,15 @@ class LocalRun:
         except Exception as exc:  # noqa: BLE001 - reported as this worker's failure
             result.error = f"{type(exc).__name__}: {exc}"
         result.shards = self.claimed_by(result.worker)
+        self._use_spare_core()
+
+    def _use_spare_core(self) -> None:
+        """This worker's core is free while others still run: do the job's spare-core work there, once."""
+        others = [t for t in self._threads if t is not threading.current_thread() and t.is_alive()]
+        work = self.job.spare_core_work
+        if work is None or not others or self.stop.is_set() or not self._spare_taken.acquire(blocking=False):
+            return
+        work()
 
 
 def claim_name(shard: Shard) -> str:

@@ -22,7 +22,7 @@ from evalfleet.execution.watchdog import WatchdogConfig
 from evalfleet.experiment.loading import LoadedExperiment, load_experiment
 from evalfleet.experiment.plan import Plan, make_plan
 from evalfleet.experiment.validation import require_executable
-from evalfleet.outputs.finalize import finalize
+from evalfleet.outputs.finalize import finalize, preload
 from evalfleet.outputs.result import ExperimentResult
 from evalfleet.rollout.runner import is_decided, latest_records
 from evalfleet.secrets import exported
@@ -103,7 +103,8 @@ def _execute(loaded: LoadedExperiment, out: Path, backend: Backend, *, shard_siz
     plan = make_plan(loaded, shard_size=shard_size, workers=capacity)
     log(f"{loaded.experiment.name}: {len(plan.runs)} Runs, {plan.total_episodes} episodes, "
         f"{len(plan.shards)} shards on {backend.name} ({min(capacity, len(plan.shards))} workers) → {out}")
-    job = ExecutionJob(loaded, plan, out, watchdog or WatchdogConfig.local(), show_progress=progress, log=log)
+    job = ExecutionJob(loaded, plan, out, watchdog or WatchdogConfig.local(), show_progress=progress, log=log,
+                       spare_core_work=preload)
     with backend.serve(job) as experiment_file:
         return plan, backend.execute(job, experiment_file)
 

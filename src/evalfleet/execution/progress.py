@@ -147,8 +147,8 @@ class ProgressTracker:
 def watch_progress(threads: list[threading.Thread], tracker: ProgressTracker, show: bool = True) -> None:
     """Until every thread has ended: a live bar overall and per Run (done/total, episodes/s, ETA)."""
     if not show:
-        while any(t.is_alive() for t in threads):
-            time.sleep(0.5)
+        for thread in threads:
+            thread.join()  # the moment the last worker ends (Ctrl-C still interrupts a join)
         tracker.poll()
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -177,4 +177,11 @@ def watch_progress(threads: list[threading.Thread], tracker: ProgressTracker, sh
                                 elapsed=format_elapsed(tracker.run_elapsed(name, now)))
             if not alive:
                 break
-            time.sleep(0.25)
+            _join_any(threads, 0.25)
+
+
+def _join_any(threads: list[threading.Thread], timeout: float) -> None:
+    """Sleep up to `timeout`, waking early when the first thread still running ends."""
+    running = [t for t in threads if t.is_alive()]
+    if running:
+        running[0].join(timeout)

@@ -465,6 +465,14 @@ def heartbeat_is_current(beat: dict, attempt: int, launched_wall: float) -> bool
 Output = Union[None, int, IO[Any]]
 
 
+def _has_exited(proc: subprocess.Popen) -> bool:
+    """Whether the child has exited, leaving it unreaped."""
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True  # already reaped (by Popen)
+
+
 class Watchdog:
     """Runs `cmd` under a `WatchdogStateMachine` with real processes. `run()` blocks until done/failed/stopped;
     `stop()` (or setting `stop_event`) from another thread stops the child group and makes `run()` return."""
@@ -548,10 +556,7 @@ class Watchdog:
                     if action.until is not None:
                         timeout = min(timeout, max(action.until - self.clock(), 0.0))
                     if timeout > 0:
-                        if self.stop_event.is_set():
-                            time.sleep(min(timeout, 0.05))  # stopping: the event no longer blocks
-                        else:
-                            self.stop_event.wait(timeout)
+                        self._pause(timeout)
         finally:
             self._cleanup()
         result = self._result()
@@ -560,6 +565,22 @@ class Watchdog:
         elif result.state == "stopped":
             self.log(f"{result.reason}; child process group stopped")
         return result
+
+    def _pause(self, timeout: float) -> None:
+        """Wait up to `timeout` for the next look: returns early when the child exits (a finished worker
+        is noticed at once, not a poll later) or a stop is requested."""
+        if self.stop_event.is_set():
+            time.sleep(min(timeout, 0.05))  # stopping: the event no longer blocks
+            return
+        proc = self._proc
+        if proc is None or proc.returncode is not None:
+            self.stop_event.wait(timeout)
+            return
+        deadline = time.monotonic() + timeout
+        while not _has_exited(proc):  # looked at in 20 ms slices, without reaping (see _check_exit)
+            left = deadline - time.monotonic()
+            if left <= 0 or self.stop_signal is not None or self.stop_event.wait(min(left, 0.02)):
+                return
 
     def _result(self) -> WatchdogResult:
         machine = self.machine
@@ -605,11 +626,7 @@ class Watchdog:
     def _check_exit(self, proc: subprocess.Popen) -> int | None:
         """The leader's return code once it exited (else None). Before reaping it, kill what is left of its group
         (the unreaped leader keeps the group id from being reused)."""
-        try:
-            info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            info = True  # already reaped (by Popen); fall through to poll()
-        if info is None:
+        if not _has_exited(proc):
             return None
         self._signal_group(signal.SIGKILL)
         return proc.wait()

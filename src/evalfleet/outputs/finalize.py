@@ -33,6 +33,18 @@ class Finalized:
         return self.collected.result
 
 
+def preload() -> None:
+    """Import what `finalize` will need (the analysis modules, matplotlib), so that calling it early, while
+    a core is idle, takes those seconds off the end of a run. Never raises: `finalize` reports problems."""
+    try:
+        from evalfleet.analysis import loading, success  # noqa: F401
+        from evalfleet.analysis.plots import load_matplotlib
+
+        load_matplotlib()
+    except Exception:  # noqa: BLE001 - the real import, in finalize, raises with its context
+        log.debug("preloading the plotting modules failed", exc_info=True)
+
+
 def finalize(out: str | os.PathLike[str]) -> Finalized:
     """Collect `out` in place (merged logs, experiment_result.json), write plots/success_rates.png (and
     average progress) from the Runs collect read, then index.html showing them."""

@@ -361,14 +361,22 @@ def build_shard_runner(plan: RunPlan, out_dir: str | Path, **kwargs: Any) -> Sha
     return runner
 
 
+# How many Runs' envs and policies a worker keeps open. Shards come earliest-episodes-first across Runs
+# (A0 B0 C0 D0 A100 ...), so a worker that kept only the current Run's would rebuild an env at nearly
+# every shard; keeping a few bounds memory and builds each env about once per worker.
+KEEP_RUNNERS = 4
+
+
 def run_shards(
-    plans: dict[str, RunPlan], shards: Iterable[Shard], out_dir: str | Path, **kwargs: Any
+    plans: dict[str, RunPlan], shards: Iterable[Shard], out_dir: str | Path, *, keep_runners: int = KEEP_RUNNERS,
+    **kwargs: Any,
 ) -> list[ShardOutcome]:
-    """Run shards in order, reusing one env/policy set per Run (the common worker loop)."""
+    """Run shards in order, reusing one env/policy set per Run (the common worker loop); the sets of the
+    `keep_runners` most recently used Runs stay open, older ones are closed."""
     from evalfleet.policies.base import SpecMismatchError
 
     outcomes = []
-    runners: dict[str, ShardRunner] = {}
+    runners: dict[str, ShardRunner] = {}  # least recently used first
     refused: dict[str, str] = {}  # Run -> why its policy does not fit its environment
     stop: threading.Event | None = kwargs.get("stop")
     try:
@@ -378,12 +386,12 @@ def run_shards(
             if shard.run in refused:
                 outcomes.append(ShardOutcome(shard.run, shard.id, spec_mismatch=refused[shard.run]))
                 continue
-            runner = runners.get(shard.run)
+            runner = runners.pop(shard.run, None)
             if runner is None:
-                for other in runners.values():
-                    other.close()  # one Run's envs at a time keeps memory flat
-                runners.clear()
-                runner = runners[shard.run] = build_shard_runner(plans[shard.run], out_dir, **kwargs)
+                while runners and len(runners) >= max(1, keep_runners):
+                    runners.pop(next(iter(runners))).close()
+                runner = build_shard_runner(plans[shard.run], out_dir, **kwargs)
+            runners[shard.run] = runner  # now the most recently used
             try:
                 outcomes.append(runner.run_shard(shard))
             except SpecMismatchError as exc:
