@@ -7,6 +7,7 @@ import argparse
 import importlib
 import os
 import sys
+from typing import NoReturn
 
 from evalfleet import __version__
 from evalfleet.arguments import normalise_argv
@@ -80,5 +81,34 @@ def _silence_stdout() -> None:
         pass
 
 
+def exit_now(code: int) -> NoReturn:
+    """End the process with `code` after everything of a normal exit that can matter (non-daemon threads
+    joined, atexit handlers run, which flushes logging, every open file flushed), without the interpreter's
+    module teardown: with MuJoCo, SciPy or matplotlib loaded that costs 0.1-0.2 s, which whoever waits
+    for this process (the watchdog for a runner, a user for `run`) would pay at the end of every run."""
+    import atexit
+    import gc
+    import io
+    import threading
+
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()  # what a normal exit runs first (logging.shutdown is one of them)
+    for obj in gc.get_objects():  # files a plugin left open would be flushed by the teardown skipped here
+        if isinstance(obj, io.IOBase):
+            try:
+                if not obj.closed and obj.writable():
+                    obj.flush()
+            except (OSError, ValueError):  # a reader gone away, a detached buffer
+                pass
+    os._exit(code)
+
+
+def entry() -> NoReturn:
+    """The `evalfleet` console script and `python -m evalfleet.cli`."""
+    exit_now(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
