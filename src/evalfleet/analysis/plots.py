@@ -100,8 +100,10 @@ def grouped_bar_plot(
 ) -> tuple[int, int]:
     """Draw and save the plot; returns its pixel size."""
     load_matplotlib()
+    import matplotlib.image
     import matplotlib.pyplot as plt
     import matplotlib.ticker
+    import numpy as np
 
     width_px, height_px = plot_size_px(len(tasks), len(policies))
     fig, ax = plt.subplots(figsize=(width_px / DPI, height_px / DPI), dpi=DPI)
@@ -146,8 +148,12 @@ def grouped_bar_plot(
         fig.tight_layout()
         output.parent.mkdir(parents=True, exist_ok=True)
         fig.canvas.draw()  # tick labels exist once drawn
-        metadata = {MIN_TEXT_PX_KEY: f"{smallest_text_px(fig):.2f}"} if output.suffix.lower() == ".png" else None
-        fig.savefig(output, dpi=DPI, metadata=metadata)
+        if output.suffix.lower() == ".png":
+            # The picture just drawn, saved as savefig would save it, without savefig drawing it again.
+            matplotlib.image.imsave(output, np.asarray(fig.canvas.buffer_rgba()), format="png", dpi=DPI,
+                                    metadata={MIN_TEXT_PX_KEY: f"{smallest_text_px(fig):.2f}"})
+        else:
+            fig.savefig(output, dpi=DPI)
     finally:
         plt.close(fig)
     return width_px, height_px

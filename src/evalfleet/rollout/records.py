@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator
 
@@ -39,7 +39,8 @@ class EpisodeRecord:
     policy_provenance: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        data = {k: v for k, v in asdict(self).items() if v is not None or k == "success"}
+        # Shallow (not dataclasses.asdict, which deep-copies): the dict is serialised at once.
+        data = {k: v for k in self.__dataclass_fields__ if (v := getattr(self, k)) is not None or k == "success"}
         # Arena-compatible aliases so Arena's readers work on evalfleet output.
         data["job_name"] = self.run
         data["env_id"] = self.episode

@@ -295,11 +295,12 @@ class ShardRunner:
             raise RuntimeError(f"policy returned {len(actions)} actions for {len(slots)} observations")
         for slot, action in zip(slots, actions):
             chunk = np.asarray(action)
-            if chunk.ndim == 1:
-                chunk = chunk[None, :]
-            if chunk.ndim != 2 or chunk.shape[0] == 0:
+            if chunk.ndim == 1:  # one action: the common case, queued as it is
+                slot.queue.append(chunk)
+            elif chunk.ndim != 2 or chunk.shape[0] == 0:
                 raise ValueError(f"policy returned an action of shape {np.shape(action)}; expected (A,) or (H, A)")
-            slot.queue.extend(chunk[:horizon] if horizon else chunk)
+            else:
+                slot.queue.extend(chunk[:horizon] if horizon else chunk)
             slot.latency_s += elapsed
             slot.calls += 1
 
