@@ -2,12 +2,13 @@
 through evalfleet (`type: lerobot`, served from LeRobot's venv, 2 workers, one batched server). Prints JSON:
 episodes/s of each and whether the per-episode results (success) agree, seed by seed.
 
-    python3 bench/lerobot_side_by_side.py [--episodes 4] [--max-steps 300]
+    python3 bench/lerobot_side_by_side.py [--episodes 4] [--max-steps 300] [--repeats 3]
 
 Needs LeRobot's venv (`bash scripts/lerobot-env.sh`). Both sides play evalfleet's planned seeds: lerobot-eval
 runs once per seed (`--seed=S --eval.n_episodes=1`) and its own `eval_s` (no process start) is what its rate is
 computed from; evalfleet's rate is the whole `evalfleet run` (server start included) and, beside it, the span
-from its first episode's start to its last episode's end.
+from its first episode's start to its last episode's end. Both sides run `--repeats` times, interleaved
+(evalfleet, lerobot-eval; lerobot-eval, evalfleet; ...): median and spread of each figure and of the ratio.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import time
 from pathlib import Path
 
 import yaml
-from _common import emit, machine
+from _common import add_repeat_arg, emit, interleaved, machine, ratios, spread
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -41,6 +42,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=4)
     parser.add_argument("--max-steps", type=int, default=300)
+    add_repeat_arg(parser)
     args = parser.parse_args()
     from evalfleet.serving.bindings import interpreter, lerobot_venv
 
@@ -67,44 +69,63 @@ def main() -> None:
     plan = make_plan(load_experiment(experiment), workers=2)
     seeds = [plan.runs["pusht_act"].episode(i).seed for i in range(args.episodes)]
 
-    out = tmp / "evalfleet"
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "evalfleet.cli", "run", str(experiment), "--output", str(out),
-                           "--workers", "2", "--no-progress"], env=_env(), capture_output=True, text=True)
-    evalfleet_wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        sys.exit(proc.stderr[-3000:])
-    records = [json.loads(line) for line in (out / "pusht_act" / "episode_results.jsonl").read_text().splitlines()]
-    ours = {r["seed"]: r for r in records}
-    span = max(r["timestamp"] for r in records) - min(r["timestamp"] - r["duration_s"] for r in records)
-
-    theirs, lerobot_eval_s, lerobot_wall = {}, 0.0, 0.0
     lerobot_eval = str(Path(python).parent / "lerobot-eval")
-    for seed in seeds:
-        dest = tmp / f"lerobot_eval_{seed}"
-        t0 = time.perf_counter()
-        subprocess.run([lerobot_eval, f"--policy.path={ckpt}", "--policy.device=cpu", "--env.type=pusht",
-                        f"--env.episode_length={args.max_steps}", "--eval.n_episodes=1", "--eval.batch_size=1",
-                        f"--seed={seed}", f"--output_dir={dest}"], check=True, env=_env(), capture_output=True)
-        lerobot_wall += time.perf_counter() - t0
-        info = json.loads((dest / "eval_info.json").read_text())
-        per_episode = (info.get("per_episode") or info.get("overall", {}).get("per_episode") or [{}])[0]
-        aggregated = info.get("aggregated") or info.get("overall", {})
-        lerobot_eval_s += float(aggregated.get("eval_s", 0.0))
-        theirs[seed] = bool(per_episode.get("success"))
+    rounds = 0
 
-    agree = {str(s): ours[s]["success"] == theirs[s] for s in seeds}
+    def evalfleet_side() -> dict:
+        nonlocal rounds
+        rounds += 1
+        out = tmp / f"evalfleet_{rounds}"
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "evalfleet.cli", "run", str(experiment), "--output", str(out),
+                               "--workers", "2", "--no-progress"], env=_env(), capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            sys.exit(proc.stderr[-3000:])
+        records = [json.loads(line) for line in (out / "pusht_act" / "episode_results.jsonl").read_text().splitlines()]
+        span = max(r["timestamp"] for r in records) - min(r["timestamp"] - r["duration_s"] for r in records)
+        return {"wall_s": wall, "span_s": span, "records": {r["seed"]: r for r in records}}
+
+    def lerobot_side() -> dict:
+        success, eval_s, wall = {}, 0.0, 0.0
+        for seed in seeds:
+            dest = tmp / f"lerobot_eval_{seed}_{len(list(tmp.glob(f'lerobot_eval_{seed}_*')))}"
+            t0 = time.perf_counter()
+            subprocess.run([lerobot_eval, f"--policy.path={ckpt}", "--policy.device=cpu", "--env.type=pusht",
+                            f"--env.episode_length={args.max_steps}", "--eval.n_episodes=1", "--eval.batch_size=1",
+                            f"--seed={seed}", f"--output_dir={dest}"], check=True, env=_env(), capture_output=True)
+            wall += time.perf_counter() - t0
+            info = json.loads((dest / "eval_info.json").read_text())
+            per_episode = (info.get("per_episode") or info.get("overall", {}).get("per_episode") or [{}])[0]
+            aggregated = info.get("aggregated") or info.get("overall", {})
+            eval_s += float(aggregated.get("eval_s", 0.0))
+            success[seed] = bool(per_episode.get("success"))
+        return {"eval_s": eval_s, "wall_s": wall, "success": success}
+
+    ours_rounds, theirs_rounds = interleaved(evalfleet_side, lerobot_side, args.repeats)
     n = len(seeds)
+    ours, theirs = ours_rounds[0]["records"], theirs_rounds[0]["success"]
+    # Every round must give the same per-seed results on both sides, and the two sides must agree.
+    same_every_round = (all({s: r["records"][s]["success"] for s in seeds} == {s: ours[s]["success"] for s in seeds}
+                            for r in ours_rounds) and all(r["success"] == theirs for r in theirs_rounds))
+    agree = {str(s): ours[s]["success"] == theirs[s] for s in seeds}
+    ours_rate = [n / r["wall_s"] for r in ours_rounds]
+    theirs_rate = [n / r["eval_s"] for r in theirs_rounds if r["eval_s"]]
     figures = {
         "episodes": n, "max_steps": args.max_steps, "checkpoint": "tiny random ACT, 96 px, chunk 10",
-        "lerobot_eval": {"episodes_per_s": round(n / lerobot_eval_s, 3) if lerobot_eval_s else None,
-                         "eval_s": round(lerobot_eval_s, 2), "wall_s_with_process_starts": round(lerobot_wall, 2)},
-        "evalfleet": {"episodes_per_s": round(n / evalfleet_wall, 3), "wall_s": round(evalfleet_wall, 2),
-                      "episodes_per_s_first_start_to_last_end": round(n / span, 3) if span > 0 else None,
+        "repeats": args.repeats,
+        "lerobot_eval": {"episodes_per_s": spread(theirs_rate, 3),
+                         "eval_s": spread([r["eval_s"] for r in theirs_rounds], 2),
+                         "wall_s_with_process_starts": spread([r["wall_s"] for r in theirs_rounds], 2)},
+        "evalfleet": {"episodes_per_s": spread(ours_rate, 3), "wall_s": spread([r["wall_s"] for r in ours_rounds], 2),
+                      "episodes_per_s_first_start_to_last_end": spread([n / r["span_s"] for r in ours_rounds
+                                                                         if r["span_s"] > 0], 3),
                       "workers": 2},
-        "speedup_vs_lerobot_eval_s": round((n / evalfleet_wall) / (n / lerobot_eval_s), 2) if lerobot_eval_s else None,
+        # evalfleet's whole run (server start included) against lerobot-eval's own eval_s, round by round
+        "speedup_vs_lerobot_eval_s": spread(ratios(ours_rate, theirs_rate), 2),
         "per_episode_success": {str(s): {"evalfleet": ours[s]["success"], "lerobot_eval": theirs[s]} for s in seeds},
         "all_agree": all(agree.values()),  # success only: records carry no reward to compare
+        "same_results_every_round": same_every_round,
         "evalfleet_episode_lengths": [ours[s]["episode_length"] for s in seeds],
     }
     emit(figures, machine_before=before)

@@ -96,11 +96,12 @@ def exit_now(code: int) -> NoReturn:
             thread.join()
     atexit._run_exitfuncs()  # what a normal exit runs first (logging.shutdown is one of them)
     for obj in gc.get_objects():  # files a plugin left open would be flushed by the teardown skipped here
-        if isinstance(obj, io.IOBase):
+        # type(), not isinstance(): a weak proxy would forward the check to a referent that may be gone
+        if issubclass(type(obj), io.IOBase):
             try:
                 if not obj.closed and obj.writable():
                     obj.flush()
-            except (OSError, ValueError):  # a reader gone away, a detached buffer
+            except Exception:  # noqa: BLE001 - a reader gone away, a detached buffer: nothing left to save
                 pass
     os._exit(code)
 

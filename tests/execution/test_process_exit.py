@@ -13,8 +13,10 @@ from evalfleet_testkit import run_evalfleet
 def test_exit_now_keeps_what_a_normal_exit_keeps(tmp_path):
     left_open, from_atexit, from_thread = tmp_path / "open.txt", tmp_path / "atexit.txt", tmp_path / "thread.txt"
     code = f"""
-import atexit, threading, time
+import atexit, threading, time, weakref
 from evalfleet.cli import exit_now
+class Gone: pass
+dead = weakref.proxy(Gone())  # a weak proxy whose referent is already collected (asyncio leaves such)
 f = open({str(left_open)!r}, "w", buffering=1 << 20)  # a plugin's file, never closed
 f.write("written, not flushed")
 atexit.register(lambda: open({str(from_atexit)!r}, "w").write("atexit ran"))
