@@ -86,10 +86,14 @@ def main() -> None:
         span = max(r["timestamp"] for r in records) - min(r["timestamp"] - r["duration_s"] for r in records)
         return {"wall_s": wall, "span_s": span, "records": {r["seed"]: r for r in records}}
 
+    lerobot_rounds = 0
+
     def lerobot_side() -> dict:
+        nonlocal lerobot_rounds
+        lerobot_rounds += 1
         success, eval_s, wall = {}, 0.0, 0.0
         for seed in seeds:
-            dest = tmp / f"lerobot_eval_{seed}_{len(list(tmp.glob(f'lerobot_eval_{seed}_*')))}"
+            dest = tmp / f"lerobot_eval_{lerobot_rounds}_{seed}"
             t0 = time.perf_counter()
             subprocess.run([lerobot_eval, f"--policy.path={ckpt}", "--policy.device=cpu", "--env.type=pusht",
                             f"--env.episode_length={args.max_steps}", "--eval.n_episodes=1", "--eval.batch_size=1",

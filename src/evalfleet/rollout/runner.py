@@ -389,7 +389,7 @@ def run_shards(
                 continue
             runner = runners.pop(shard.run, None)
             if runner is None:
-                while runners and len(runners) >= max(1, keep_runners):
+                while len(runners) >= max(1, keep_runners):
                     runners.pop(next(iter(runners))).close()
                 runner = build_shard_runner(plans[shard.run], out_dir, **kwargs)
             runners[shard.run] = runner  # now the most recently used
