@@ -7,13 +7,18 @@ Every figure is measured `--repeats` times and printed as median and spread, wit
 
 Prints JSON:
 - `ms_per_frame`: one RGB frame of Meta-World's `corner` camera (pick-place-v3) at 128 and 224 px,
-  `fast` (no shadows/reflections/skybox/multisampling) and `default` quality, after a warm-up;
+  `fast` (no shadows/reflections/skybox/multisampling) and `default` quality, after a warm-up, and at 224 px
+  with the meshes simplified to 1 and 2 pixels (`fast_meshes_<n>px`, what video frames draw);
 - `renderer_setup_s`: building one OffscreenRenderer (GL context + the model's MjrContext): the first in
   the process (a fresh GL context) and later ones (a context kept from a closed renderer);
 - `recording_state_policy` / `recording_camera_policy`: wall time of one Run (push-v3, scripted
   expert, `--episodes` episodes, one process via run_shards) without recording and with
   `recording: {video: true, cameras: [corner], every_n_episodes: 10, fps: 20}` at 224×224, and the
-  relative overhead, in `--repeats` interleaved rounds (the order rotates each round). The state Run
+  relative overhead, in `--repeats` interleaved rounds (the order rotates each round). Video frames
+  draw meshes simplified to 1 pixel (the default `mesh_tolerance_px`); `fps20_whole_meshes` draws
+  them whole (as before), `fps20_meshes_2px` at 2 pixels;
+- `simplified_frame_quality`: faces drawn and PSNR of a simplified 224 px frame against the full one,
+  beside the PSNR H.264 itself leaves of the full frame; The state Run
   renders nothing otherwise, so recording pays for its frames (~10x a physics step each): `fps: 20`
   renders one state in four of Meta-World's 80 Hz control, `fps10` one in eight (state policy only: the
   price of a smoother video); `every_step` (state policy only) is full-rate recording, one frame per step,
@@ -39,6 +44,19 @@ import yaml
 from _common import add_repeat_arg, emit, machine, ratios, spread
 
 
+def _frame_ms(renderer, data, frames: int, repeats: int) -> dict:
+    """Milliseconds per `corner` frame over `repeats` rounds of `frames`, after a warm-up."""
+    for _ in range(5):
+        renderer.render(data, "corner")
+    timings = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(frames):
+            renderer.render(data, "corner")
+        timings.append(1000 * (time.perf_counter() - t0) / frames)
+    return spread(timings, 3)
+
+
 def ms_per_frame(frames: int, repeats: int = 1) -> tuple[dict[str, dict], dict[str, float]]:
     from evalfleet.sim.metaworld_env import make_task_env
     from evalfleet.sim.rendering import OffscreenRenderer
@@ -52,16 +70,12 @@ def ms_per_frame(frames: int, repeats: int = 1) -> tuple[dict[str, dict], dict[s
             t0 = time.perf_counter()
             renderer = OffscreenRenderer(env.model, size, size, quality)
             setup.append(time.perf_counter() - t0)
-            for _ in range(5):
-                renderer.render(env.data, "corner")
-            timings = []
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                for _ in range(frames):
-                    renderer.render(env.data, "corner")
-                timings.append(1000 * (time.perf_counter() - t0) / frames)
-            out[f"{size}px_{quality}"] = spread(timings, 3)
+            out[f"{size}px_{quality}"] = _frame_ms(renderer, env.data, frames, repeats)
             renderer.close()
+    for tolerance in SIMPLIFIED_TOLERANCES_PX:  # video frames: meshes simplified (sim/mesh_detail.py)
+        renderer = OffscreenRenderer(env.model, 224, 224, "fast", mesh_tolerance_px=tolerance)
+        out[f"224px_fast_meshes_{tolerance:g}px"] = _frame_ms(renderer, env.data, frames, repeats)
+        renderer.close()
     env.close()
     # 128 then 224 px are fresh contexts; the `default` pair reuses the contexts the `fast` pair left
     return out, {"first_in_process": round(setup[0], 3), "fresh_context": round(setup[1], 3),
@@ -94,11 +108,61 @@ def _timed_run(root: Path, name: str, episodes: int, recording: dict | None, cam
 
 
 RECORDING = {"video": True, "cameras": ["corner"], "every_n_episodes": 10, "fps": 20, "width": 224, "height": 224}
+SIMPLIFIED_TOLERANCES_PX = (1.0, 2.0)
+
+
+def simplified_frame_quality() -> dict:
+    """How far a simplified video frame is from the full one (PSNR, dB; higher is closer), beside what
+    H.264 itself loses on the full frame (x264 veryfast, its default quality): corner camera, 224 px,
+    after 30 random steps of pick-place-v3, with the faces drawn."""
+    import io
+
+    import av
+
+    from evalfleet.sim.metaworld_env import make_task_env
+    from evalfleet.sim.rendering import OffscreenRenderer
+
+    def psnr(a: np.ndarray, b: np.ndarray) -> float:
+        mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
+        return round(10 * np.log10(255.0**2 / max(mse, 1e-12)), 1)
+
+    env = make_task_env("pick-place-v3")
+    env.seed(0)
+    env.reset()
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        env.step(rng.uniform(-1, 1, 4))
+    full = OffscreenRenderer(env.model, 224, 224)
+    reference = full.render(env.data, "corner")["rgb"]
+    full.close()
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format="mp4") as container:
+        stream = container.add_stream("libx264", rate=20)
+        stream.width = stream.height = 224
+        stream.pix_fmt = "yuv420p"
+        stream.options = {"preset": "veryfast"}
+        for _ in range(3):
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(reference, format="rgb24")))
+        container.mux(stream.encode(None))
+    buffer.seek(0)
+    with av.open(buffer) as container:
+        decoded = next(container.decode(video=0)).to_ndarray(format="rgb24")
+    out: dict = {"faces_full": int(np.sum(env.model.mesh_facenum)), "psnr_db_h264_of_full": psnr(decoded, reference)}
+    for tolerance in SIMPLIFIED_TOLERANCES_PX:
+        renderer = OffscreenRenderer(env.model, 224, 224, "fast", mesh_tolerance_px=tolerance)
+        frame = renderer.render(env.data, "corner")["rgb"]
+        meshes = renderer._simplified[renderer.camera_id("corner")][0]
+        out[f"{tolerance:g}px"] = {"faces": meshes.faces(), "psnr_db_vs_full": psnr(frame, reference)}
+        renderer.close()
+    env.close()
+    return out
 
 
 def recording_overhead(episodes: int, cameras: bool, repeats: int) -> dict:
     configs = {"without": None, "fps20": RECORDING}
     if not cameras:
+        configs["fps20_whole_meshes"] = {**RECORDING, "mesh_tolerance_px": 0}  # as before meshes were simplified
+        configs["fps20_meshes_2px"] = {**RECORDING, "mesh_tolerance_px": 2}
         configs["fps10"] = {**RECORDING, "fps": 10}
         configs["every_step"] = {**RECORDING, "every_step": True}
     seconds: dict[str, list[float]] = {name: [] for name in configs}
@@ -172,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     backend = gl_backend()
     frame_ms, setup = ms_per_frame(args.frames, args.repeats)
     report: dict = {"backend": backend, "ms_per_frame": frame_ms, "renderer_setup_s": setup,
+                    "simplified_frame_quality": simplified_frame_quality(),
                     "recording_state_policy": recording_overhead(args.episodes, False, args.repeats),
                     "recording_camera_policy": recording_overhead(args.episodes, True, args.repeats)}
     if args.vision_episodes:

@@ -26,6 +26,7 @@ MAX_SEED = 2**63 - 1
 MAX_SAMPLER = 1e9  # sampler bounds: |high - low| stays finite
 MAX_PIXELS = 8_192
 MAX_FPS = 1_000
+MAX_MESH_TOLERANCE_PX = 16.0
 
 # Names are matched whole (fullmatch; `$` would also accept a trailing newline).
 RUN_NAME = re.compile(rf"[A-Za-z_][A-Za-z0-9_-]{{0,{MAX_NAME - 1}}}")
@@ -190,6 +191,9 @@ class Recording(Strict):
     width: Int | None = Field(default=None, gt=0, le=MAX_PIXELS)
     height: Int | None = Field(default=None, gt=0, le=MAX_PIXELS)
     every_step: bool = False  # a frame after every control step, not only the `fps` frames (rollout/video.py)
+    # Meshes in video frames are simplified so no vertex moves more than this many pixels (sim/mesh_detail.py);
+    # 0 draws them whole. A policy's own camera images are never simplified.
+    mesh_tolerance_px: float = Field(default=1.0, ge=0, le=MAX_MESH_TOLERANCE_PX, allow_inf_nan=False)
 
 
 class Run(Strict):

@@ -1,6 +1,7 @@
 """Episode videos: one mp4 per recorded episode and camera, under `<run>/videos/<camera>/`.
 
-A Run's `recording: {video: true, cameras: [...], every_n_episodes: k, fps, width, height, every_step}`
+A Run's `recording: {video: true, cameras: [...], every_n_episodes: k, fps, width, height, every_step,
+mesh_tolerance_px}`
 records the episodes whose plan index is a multiple of k (episode 0, k, 2k, ...), so which episodes have
 a video does not depend on sharding or retries.
 
@@ -13,8 +14,10 @@ cheap. `every_step: true` (or an `fps` at or above the control rate, or an envir
 declare one) renders the first observation and the state after every step, `L + 1` frames, played at
 the control rate where it is known (at `fps` otherwise).
 
-Frames come from the environment's `render(camera, height, width)` (its renderer is made on first use,
-so only an episode that records creates one, and the env keeps it for the next), or from the
+Frames come from the environment's `render_video(camera, height, width, mesh_tolerance_px)` where it has
+one (the MuJoCo adapters: meshes simplified so no vertex moves more than `mesh_tolerance_px`, default 1
+pixel, see sim/mesh_detail.py; 0 draws them whole), else its `render(camera, height, width)` (a renderer
+is made on first use, so only an episode that records creates one, and the env keeps it for the next), or from the
 observation's own `observation/images/<camera>` when the Run renders that camera at the recording size
 anyway. Encoded in this process with PyAV (FFmpeg's libraries, libx264 included, ship in its wheels):
 no ffmpeg process per video, one encoder thread (a worker already has a core of its own), x264's
@@ -117,6 +120,7 @@ class EpisodeVideo:
         self.height = int(recording.height or recording.width or DEFAULT_SIZE)
         self.paths = {cam: video_relpath(cam, episode) for cam in self.cameras}
         self.clock = FrameClock(recording.fps, control_hz, bool(getattr(recording, "every_step", False)))
+        self.mesh_tolerance_px = float(getattr(recording, "mesh_tolerance_px", 0.0) or 0.0)
         self._writers: dict[str, Mp4Writer] = {}
         try:
             for cam, rel in self.paths.items():
@@ -139,9 +143,17 @@ class EpisodeVideo:
         for cam, writer in self._writers.items():
             frame = (observation or {}).get(f"observation/images/{cam}")
             if frame is None or np.shape(frame)[:2] != (self.height, self.width):
-                frame = env.render(cam, self.height, self.width)
+                frame = self._render(env, cam)
             writer.append(frame)
         self.frames += 1
+
+    def _render(self, env: Any, camera: str) -> np.ndarray:
+        """A frame drawn for the video: meshes simplified to the recording's tolerance where the
+        environment offers it (`render_video`), else its plain `render`."""
+        render_video = getattr(env, "render_video", None)
+        if render_video is not None and self.mesh_tolerance_px > 0:
+            return render_video(camera, self.height, self.width, self.mesh_tolerance_px)
+        return env.render(camera, self.height, self.width)
 
     def close(self) -> dict[str, str]:
         writers, self._writers = self._writers, {}

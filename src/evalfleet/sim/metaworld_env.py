@@ -182,6 +182,12 @@ class MetaworldEnvironment:
         out = self._renderers.render(self.env.data, camera, height, width, **kinds)
         return out if kinds else out["rgb"]
 
+    def render_video(self, camera: str, height: int | None = None, width: int | None = None,
+                     mesh_tolerance_px: float = 0.0) -> np.ndarray:
+        """A video frame of a named camera: uint8 H×W×3, meshes simplified to `mesh_tolerance_px` pixels
+        (sim/mesh_detail.py; 0: whole)."""
+        return self._renderers.rgb(self.env.data, camera, height, width, mesh_tolerance_px)
+
     def _observation(self, obs: np.ndarray) -> dict[str, Any]:
         state = np.asarray(obs, dtype=np.float64)
         if self._obs_noise > 0:

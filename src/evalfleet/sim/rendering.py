@@ -11,8 +11,10 @@ A closed renderer's GL context is kept for the next renderer of the same size in
 before costs about a third of doing so in a fresh one (a worker switching Runs, or a new env instance).
 
 Quality `fast` (the default) turns off shadows, reflections, the skybox and multisampling; `default`
-keeps the model's own visual settings. Images come back the right way up: row 0 is the top, and a
-camera mounted upside down (Meta-World's `corner*` cameras point their up axis at the floor) is
+keeps the model's own visual settings. `mesh_tolerance_px` > 0 (video frames) draws RGB with meshes
+simplified per camera to what that many pixels can show (sim/mesh_detail.py; depth and segmentation
+always use the full meshes). Images come back the right way up: row 0 is the top, and a camera mounted
+upside down (Meta-World's `corner*` cameras point their up axis at the floor) is
 turned 180 degrees (`is_upside_down`), so the floor is at the bottom of every image.
 Install the system libraries with `scripts/install-render-deps.sh`.
 """
@@ -147,7 +149,8 @@ def _close_all() -> None:
 class OffscreenRenderer:
     """Renders named cameras of one MjModel at one size: RGB, and on request depth and segmentation."""
 
-    def __init__(self, model: Any, width: int, height: int, quality: Quality = "fast"):
+    def __init__(self, model: Any, width: int, height: int, quality: Quality = "fast",
+                 mesh_tolerance_px: float = 0.0):
         import mujoco
 
         global _atexit_registered
@@ -155,19 +158,17 @@ class OffscreenRenderer:
         self.model = model
         self.width, self.height = int(width), int(height)
         self.quality = quality
+        # > 0: RGB frames draw each camera's meshes simplified to this many pixels (sim/mesh_detail.py)
+        self.mesh_tolerance_px = float(mesh_tolerance_px)
         vis = model.vis
         vis.global_.offwidth = max(int(vis.global_.offwidth), self.width)
         vis.global_.offheight = max(int(vis.global_.offheight), self.height)
-        nominal_samples = int(vis.quality.offsamples)
-        if quality == "fast":
-            vis.quality.offsamples = 0
         self._gl = _gl_context(self.width, self.height)
         self._gl.make_current()
-        try:
-            self._ctx = mujoco.MjrContext(model, mujoco.mjtFontScale.mjFONTSCALE_50)
-        finally:
-            vis.quality.offsamples = nominal_samples  # the context keeps its own copy
-        mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN, self._ctx)
+        self._ctx: Any = None  # the full model's MjrContext, made on first use
+        self._simplified: dict[int, list[Any]] = {}  # camera id → [SimplifiedMeshes, its MjrContext]
+        if self.mesh_tolerance_px <= 0:
+            self._ctx = self._make_context(model)
         self._scene = mujoco.MjvScene(model, maxgeom=2000)
         if quality == "fast":
             flags = mujoco.mjtRndFlag
@@ -184,6 +185,38 @@ class OffscreenRenderer:
         if not _atexit_registered:  # registered after the first GL context: runs before EGL's own atexit
             atexit.register(_close_all)
             _atexit_registered = True
+
+    def _make_context(self, model: Any) -> Any:
+        """An MjrContext of `model` in this renderer's (current) GL context."""
+        mujoco = self._mj
+        vis = model.vis
+        nominal_samples = int(vis.quality.offsamples)
+        if self.quality == "fast":
+            vis.quality.offsamples = 0
+        try:
+            return mujoco.MjrContext(model, mujoco.mjtFontScale.mjFONTSCALE_50)
+        finally:
+            vis.quality.offsamples = nominal_samples  # the context keeps its own copy
+
+    def _context_for(self, data: Any, camera: int, full: bool) -> Any:
+        """The MjrContext to draw `camera` with: the full model's, or this camera's simplified copy
+        (made, or made again when a mesh came closer, from this frame's distances)."""
+        if full or self.mesh_tolerance_px <= 0:
+            if self._ctx is None:
+                self._ctx = self._make_context(self.model)
+            return self._ctx
+        from evalfleet.sim.mesh_detail import SimplifiedMeshes
+
+        entry = self._simplified.get(camera)
+        if entry is None:
+            entry = self._simplified[camera] = [
+                SimplifiedMeshes(self.model, camera, self.height, self.mesh_tolerance_px), None]
+        if entry[0].update(data):
+            if entry[1] is not None:
+                entry[1].free()
+                entry[1] = None
+            entry[1] = self._make_context(entry[0].model)
+        return entry[1]
 
     def camera_id(self, camera: str | int) -> int:
         if isinstance(camera, int):
@@ -211,8 +244,11 @@ class OffscreenRenderer:
         def orient(a: np.ndarray) -> np.ndarray:  # OpenGL rows run bottom-up
             return (a[:, ::-1] if upside_down else a[::-1]).copy()
 
-        mj.mjr_render(self._rect, self._scene, self._ctx)
-        mj.mjr_readPixels(self._rgb, self._depth if depth else None, self._rect, self._ctx)
+        # depth and segmentation are measurements: always of the full meshes
+        ctx = self._context_for(data, self._camera.fixedcamid, full=depth or segmentation)
+        mj.mjr_setBuffer(mj.mjtFramebuffer.mjFB_OFFSCREEN, ctx)  # each context has its own framebuffer
+        mj.mjr_render(self._rect, self._scene, ctx)
+        mj.mjr_readPixels(self._rgb, self._depth if depth else None, self._rect, ctx)
         out["rgb"] = orient(self._rgb)
         if depth:
             extent = float(self.model.stat.extent)
@@ -225,8 +261,8 @@ class OffscreenRenderer:
             self._scene.flags[flags.mjRND_SEGMENT] = 1
             self._scene.flags[flags.mjRND_IDCOLOR] = 1
             try:
-                mj.mjr_render(self._rect, self._scene, self._ctx)
-                mj.mjr_readPixels(self._rgb, None, self._rect, self._ctx)
+                mj.mjr_render(self._rect, self._scene, ctx)
+                mj.mjr_readPixels(self._rgb, None, self._rect, ctx)
             finally:
                 self._scene.flags[flags.mjRND_SEGMENT] = 0
                 self._scene.flags[flags.mjRND_IDCOLOR] = 0
@@ -246,7 +282,11 @@ class OffscreenRenderer:
         self._closed = True
         try:
             self._gl.make_current()
-            self._ctx.free()
+            contexts = [self._ctx] + [entry[1] for entry in self._simplified.values()]
+            self._ctx, self._simplified = None, {}
+            for ctx in contexts:
+                if ctx is not None:
+                    ctx.free()
         except Exception:
             self._gl.free()
             raise
@@ -301,19 +341,24 @@ class RendererCache:
         self.model = model  # read when a renderer is made: some simulators rebuild their model
         self.default_hw = default_hw
         self.quality = quality
-        self._renderers: dict[tuple[int, int], OffscreenRenderer] = {}
+        self._renderers: dict[tuple, OffscreenRenderer] = {}  # (h, w) or (h, w, mesh tolerance)
 
     def render(self, data: Any, camera: str | int, height: int | None = None, width: int | None = None,
-               **kinds: bool) -> dict[str, np.ndarray]:
-        """The renderer's dict ({"rgb", "depth"?, "segmentation"?}) of `camera` at height × width."""
+               mesh_tolerance_px: float = 0.0, **kinds: bool) -> dict[str, np.ndarray]:
+        """The renderer's dict ({"rgb", "depth"?, "segmentation"?}) of `camera` at height × width;
+        `mesh_tolerance_px` > 0: meshes simplified to that many pixels (a renderer of its own)."""
         size = (int(height or self.default_hw[0]), int(width or self.default_hw[1]))
-        renderer = self._renderers.get(size)
+        tolerance = max(float(mesh_tolerance_px), 0.0)
+        key = size if tolerance == 0 else (*size, tolerance)
+        renderer = self._renderers.get(key)
         if renderer is None:
-            renderer = self._renderers[size] = OffscreenRenderer(self.model(), size[1], size[0], self.quality)
+            renderer = self._renderers[key] = OffscreenRenderer(
+                self.model(), size[1], size[0], self.quality, mesh_tolerance_px=tolerance)
         return renderer.render(data, camera, **kinds)
 
-    def rgb(self, data: Any, camera: str | int, height: int | None = None, width: int | None = None) -> np.ndarray:
-        return self.render(data, camera, height, width)["rgb"]
+    def rgb(self, data: Any, camera: str | int, height: int | None = None, width: int | None = None,
+            mesh_tolerance_px: float = 0.0) -> np.ndarray:
+        return self.render(data, camera, height, width, mesh_tolerance_px)["rgb"]
 
     def __getitem__(self, size: tuple[int, int]) -> OffscreenRenderer:
         return self._renderers[size]

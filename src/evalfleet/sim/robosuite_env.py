@@ -158,6 +158,12 @@ class RobosuiteEnvironment:
         """A named camera of the current state, uint8 H×W×3 the right way up (evalfleet's renderer)."""
         return self._renderers.rgb(self.data, camera, height, width)
 
+    def render_video(self, camera: str, height: int | None = None, width: int | None = None,
+                     mesh_tolerance_px: float = 0.0) -> np.ndarray:
+        """A video frame of a named camera: uint8 H×W×3, meshes simplified to `mesh_tolerance_px` pixels
+        (sim/mesh_detail.py; 0: whole)."""
+        return self._renderers.rgb(self.data, camera, height, width, mesh_tolerance_px)
+
     def close(self) -> None:
         self._renderers.close()
         self.env.close()
