@@ -137,7 +137,7 @@ def _grid_mesh(n: int) -> tuple[str, str, str]:
     return text(verts), text(faces), text(uv)
 
 
-def test_textured_meshes_stay_whole():
+def test_kept_faces_keep_their_own_normals_and_texture_coordinates():
     import mujoco
 
     verts, faces, uv = _grid_mesh(12)  # 242 faces
@@ -151,8 +151,13 @@ def test_textured_meshes_stay_whole():
     plain, textured = (mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_MESH, n) for n in ("plain", "textured"))
     assert model.mesh_texcoordadr[textured] >= 0 and model.mesh_texcoordadr[plain] < 0
     simplified = mesh_detail.simplified_model(model, np.full(model.nmesh, 0.004))
-    assert simplified.mesh_facenum[plain] < model.mesh_facenum[plain] / 4
-    assert simplified.mesh_facenum[textured] == model.mesh_facenum[textured]
+    for mesh in (plain, textured):
+        assert simplified.mesh_facenum[mesh] < model.mesh_facenum[mesh] / 4
+    first, count = model.mesh_faceadr[textured], model.mesh_facenum[textured]
+    kept = int(simplified.mesh_facenum[textured])
+    for name in ("mesh_facetexcoord", "mesh_facenormal"):
+        rows = {tuple(r) for r in getattr(model, name)[first:first + count]}
+        assert {tuple(r) for r in getattr(simplified, name)[first:first + kept]} <= rows  # each from its own face
 
 
 class _Env:

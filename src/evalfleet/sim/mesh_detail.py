@@ -9,7 +9,8 @@ is chosen from its distance to the camera so that no drawn vertex moves more tha
 pixels in the image (the cell's diagonal, √3 × its side, is at most that many pixels at the mesh's
 nearest point), and what is dropped was thinner than that. Only the MjrContext is built from the copy:
 the scene still comes from the real model and data (a scene geom names its mesh by id, and the copy
-keeps every id), so poses, colours and textures are the real ones.
+keeps every id), so poses, colours and materials are the real ones, and a kept face keeps its own
+corners' normals and texture coordinates (only its vertices move, within their cells).
 
 Distances change as the robot moves: each frame checks them (a dozen mesh geoms, microseconds), and
 when a mesh has come closer than its cell allows (by more than `REBUILD_SLACK`), the copy is
@@ -77,28 +78,27 @@ def cluster_mesh(model: Any, source: Any, mesh: int, cell: float) -> int:
     model.mesh_vert[first_vert:first_vert + num_verts] = positions
     merged = representative[cluster][faces]
     keep = (merged[:, 0] != merged[:, 1]) & (merged[:, 1] != merged[:, 2]) & (merged[:, 0] != merged[:, 2])
-    merged = merged[keep]
-    _, unique = np.unique(np.sort(merged, axis=1), axis=0, return_index=True)
-    merged = merged[np.sort(unique)]
-    # each kept vertex shades with the normal it had at its first corner in the full mesh
-    normal_of = np.zeros(num_verts, dtype=normals.dtype)
-    normal_of[faces.ravel()[::-1]] = normals.ravel()[::-1]
-    kept = len(merged)
-    model.mesh_face[first_face:first_face + kept] = merged
-    model.mesh_facenormal[first_face:first_face + kept] = normal_of[merged]
+    kept_faces = np.flatnonzero(keep)
+    _, unique = np.unique(np.sort(merged[kept_faces], axis=1), axis=0, return_index=True)
+    kept_faces = kept_faces[np.sort(unique)]  # each surviving face once, in the mesh's order
+    kept = len(kept_faces)
+    model.mesh_face[first_face:first_face + kept] = merged[kept_faces]
+    # a kept face shades and textures as it did: its own corners' normals and texture coordinates
+    model.mesh_facenormal[first_face:first_face + kept] = normals[kept_faces]
+    if source.mesh_texcoordadr[mesh] >= 0:
+        texcoords = np.asarray(source.mesh_facetexcoord[first_face:first_face + num_faces])
+        model.mesh_facetexcoord[first_face:first_face + kept] = texcoords[kept_faces]
     model.mesh_facenum[mesh] = kept
     return kept
 
 
 def simplified_model(source: Any, cells: np.ndarray) -> Any:
     """A copy of `source` whose meshes are clustered with `cells` (metres per mesh; 0 or inf: whole,
-    inf being a mesh no geom shows). Meshes under MIN_FACES faces and textured meshes stay whole."""
+    inf being a mesh no geom shows). Meshes under MIN_FACES faces stay whole."""
     model = copy.copy(source)
     for mesh in range(source.nmesh):
         cell = float(cells[mesh])
-        # textured meshes stay whole: a merged vertex has no one texture coordinate across a seam
-        textured = source.mesh_texcoordadr[mesh] >= 0
-        if cell > 0 and np.isfinite(cell) and source.mesh_facenum[mesh] >= MIN_FACES and not textured:
+        if cell > 0 and np.isfinite(cell) and source.mesh_facenum[mesh] >= MIN_FACES:
             cluster_mesh(model, source, mesh, cell)
     return model
 
