@@ -68,8 +68,8 @@ class Environment(Protocol):
     `cameras` (names rendered into `observation/images/<camera>`), `image_sizes` ({camera: (h, w)}),
     `state_dim`, `gripper` (see EnvironmentInfo), `render(camera, height, width)` (used by video
     recording; `render_video(camera, height, width, mesh_tolerance_px)` instead where present: a frame
-    only a video shows, which may simplify what its pixels cannot show), `control_hz` (steps per simulated second: recording then renders only the states
-    its `fps` shows), and `reset_takes_episode = True`: the runner then also passes `episode=` (the plan's index)
+    only a video shows, which may simplify what its pixels cannot show), `control_hz` (steps per
+    simulated second: recording then renders only the states its `fps` shows), and `reset_takes_episode = True`: the runner then also passes `episode=` (the plan's index)
     to `reset`, for benchmarks with fixed per-episode initial states. What is declared is checked against
     the policy's spec before the first episode."""
 

@@ -36,13 +36,15 @@ class RobotNoise:
 
     def __init__(self) -> None:
         self.action_std = self.observation_std = 0.0
-        self._action_rng = self._obs_rng = np.random.default_rng(0)
+        self._action_rng: np.random.Generator | None = None
+        self._obs_rng: np.random.Generator | None = None
 
     def reset(self, seed: int, variations: dict[str, Any]) -> None:
         self.action_std = float(variations.get("robot.action_noise") or 0.0)
         self.observation_std = float(variations.get("robot.observation_noise") or 0.0)
-        self._action_rng = noise_rng(seed, "robot.action_noise")
-        self._obs_rng = noise_rng(seed, "robot.observation_noise")
+        # Made only for an episode that draws from them (a generator costs tens of microseconds to seed).
+        self._action_rng = noise_rng(seed, "robot.action_noise") if self.action_std > 0 else None
+        self._obs_rng = noise_rng(seed, "robot.observation_noise") if self.observation_std > 0 else None
 
     def action(self, action: np.ndarray) -> np.ndarray:
         if self.action_std > 0:

@@ -13,9 +13,9 @@ from typing import Any
 import mujoco
 import numpy as np
 
-from evalfleet.seeding import stable_hash
 from evalfleet.sim.rendering import RendererCache
 from evalfleet.sim.base import StepResult
+from evalfleet.sim.gymnasium_env import RobotNoise
 from evalfleet.sim.metaworld_spec import TASK_INSTRUCTIONS, MetaworldOptions, MetaworldProgress
 
 warnings.filterwarnings("ignore", message="Constant\\(s\\) may be too high", category=UserWarning)
@@ -31,10 +31,6 @@ def make_task_env(task: str) -> Any:
     env.seeded_rand_vec = True  # layouts come from env.np_random, which env.seed() sets
     env._set_task_called = True
     return env
-
-
-def noise_rng(seed: int, name: str) -> np.random.Generator:
-    return np.random.default_rng([seed, stable_hash("noise", name) % 2**32])
 
 
 class MetaworldEnvironment:
@@ -69,10 +65,7 @@ class MetaworldEnvironment:
         self._renderers = RendererCache(lambda: self.env.model, options.image_hw(), options.render_quality)
         self._steps = 0
         self._progress = MetaworldProgress()  # near object → halfway → success, from each step's info
-        self._action_noise = 0.0
-        self._obs_noise = 0.0
-        self._action_rng: np.random.Generator | None = None
-        self._obs_rng: np.random.Generator | None = None
+        self._noise = RobotNoise()
 
     # -- episode ---------------------------------------------------------------------------------
     def reset(self, seed: int, variations: dict[str, Any]) -> dict[str, Any]:
@@ -111,18 +104,12 @@ class MetaworldEnvironment:
 
         self._steps = 0
         self._progress = MetaworldProgress()  # a new tracker: the last episode's record keeps its own
-        self._action_noise = float(variations.get("robot.action_noise") or 0.0)
-        self._obs_noise = float(variations.get("robot.observation_noise") or 0.0)
-        # Made only for an episode that draws from them (a generator costs tens of microseconds to seed).
-        self._action_rng = noise_rng(seed, "robot.action_noise") if self._action_noise > 0 else None
-        self._obs_rng = noise_rng(seed, "robot.observation_noise") if self._obs_noise > 0 else None
+        self._noise.reset(seed, variations)
         return self._observation(obs)
 
     def step(self, action: np.ndarray) -> StepResult:
         action = np.asarray(action, dtype=np.float64).reshape(-1)[: self.action_dim]
-        if self._action_noise > 0:
-            action = action + self._action_rng.normal(0.0, self._action_noise, size=action.shape)
-        action = action.clip(-1.0, 1.0).astype(np.float32)
+        action = self._noise.action(action).clip(-1.0, 1.0).astype(np.float32)
         obs, _reward, _terminated, _truncated, info = self.env.step(action)
         self._steps += 1
         success = bool(info.get("success", 0.0))
@@ -189,9 +176,7 @@ class MetaworldEnvironment:
         return self._renderers.rgb(self.env.data, camera, height, width, mesh_tolerance_px)
 
     def _observation(self, obs: np.ndarray) -> dict[str, Any]:
-        state = np.asarray(obs, dtype=np.float64)
-        if self._obs_noise > 0:
-            state = state + self._obs_rng.normal(0.0, self._obs_noise, size=state.shape)
+        state = self._noise.observation(np.asarray(obs, dtype=np.float64))
         out: dict[str, Any] = {"observation/state": state, "prompt": self.instruction}
         opts = self.options
         for camera in opts.cameras:
