@@ -13,6 +13,7 @@ from evalfleet import __version__
 from evalfleet.arguments import normalise_argv
 from evalfleet.errors import UserError
 from evalfleet.feedback import disable_cli_feedback
+from evalfleet.process_exit import exit_now
 
 COMMAND_MODULES = (
     "evalfleet.experiment.commands",  # overrides, plan, variations
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2
+    args.main = main  # a handler may run another `evalfleet` command in this process (a forked runner)
     try:
         code = args.handler(args)
         sys.stdout.flush()  # here, not at exit: a reader that went away (`| head`) is seen below
@@ -79,31 +81,6 @@ def _silence_stdout() -> None:
         os.close(devnull)
     except (OSError, ValueError, AttributeError):  # stdout without a file descriptor (captured in tests)
         pass
-
-
-def exit_now(code: int) -> NoReturn:
-    """End the process with `code` after everything of a normal exit that can matter (non-daemon threads
-    joined, atexit handlers run, which flushes logging, every open file flushed), without the interpreter's
-    module teardown: with MuJoCo, SciPy or matplotlib loaded that costs 0.1-0.2 s, which whoever waits
-    for this process (the watchdog for a runner, a user for `run`) would pay at the end of every run."""
-    import atexit
-    import gc
-    import io
-    import threading
-
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
-    atexit._run_exitfuncs()  # what a normal exit runs first (logging.shutdown is one of them)
-    for obj in gc.get_objects():  # files a plugin left open would be flushed by the teardown skipped here
-        # type(), not isinstance(): a weak proxy would forward the check to a referent that may be gone
-        if issubclass(type(obj), io.IOBase):
-            try:
-                if not obj.closed and obj.writable():
-                    obj.flush()
-            except Exception:  # noqa: BLE001 - a reader gone away, a detached buffer: nothing left to save
-                pass
-    os._exit(code)
 
 
 def entry() -> NoReturn:

@@ -146,6 +146,8 @@ def test_a_killed_or_hung_runner_is_relaunched_and_loses_nothing(reference, tmp_
     outcomes = [a["outcome"] for a in status["attempts"]]
     assert status["state"] == "completed" and len(outcomes) == 2
     assert outcomes[0] == ("stalled" if sig == signal.SIGSTOP else "signal")
+    log = (out / ".evalfleet" / "worker-0.log").read_text()  # the forked first attempt, then a fresh process
+    assert "attempt 1: forked pid" in log and "attempt 2: started pid" in log
 
 
 def test_a_run_that_never_progresses_is_marked_failed_and_the_others_finish(write_experiment, tmp_path):

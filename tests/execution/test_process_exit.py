@@ -1,4 +1,4 @@
-"""`evalfleet` processes end without the interpreter's module teardown (`cli.exit_now`), yet keep everything a
+"""`evalfleet` processes end without the interpreter's module teardown (`process_exit.exit_now`), yet keep everything a
 normal exit does that matters: the exit code, non-daemon threads finished, atexit handlers, open files
 flushed, a closed pipe ending quietly."""
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterator, Protocol, TextIO
 
 from evalfleet.errors import UserError
+from evalfleet.execution.standby import EvalfleetMain
 from evalfleet.execution.watchdog import WatchdogConfig
 from evalfleet.experiment.loading import LoadedExperiment
 from evalfleet.experiment.plan import Plan, Shard
@@ -54,6 +55,10 @@ class ExecutionJob:
     # Driver-side work for a core a worker has freed while others still run (the pipeline preloads what
     # finalize imports); a backend may call it once, or never.
     spare_core_work: Callable[[], None] | None = None
+    # `evalfleet run` (whose process is evalfleet's own) hands down the command's own main: with it, runners'
+    # first attempts may be forked from this process and run it (execution/standby.py). A backend that
+    # cannot fork ignores it.
+    fork_runners: EvalfleetMain | None = None
 
     def ordered_shards(self) -> list[Shard]:
         return ordered_shards(self.plan)

@@ -70,7 +70,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                                     max_restarts=args.max_restarts)
     result = run(path, overrides=args.overrides, output=args.output, backend=args.backend, workers=args.workers,
                  resume=args.resume, progress=not args.no_progress, shard_size=args.shard_size, watchdog=watchdog,
-                 ray_address=args.ray_address)
+                 ray_address=args.ray_address, fork_runners=getattr(args, "main", None))
     print_summary(result)
     return result.exit_code
 

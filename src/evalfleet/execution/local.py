@@ -26,6 +26,7 @@ from evalfleet.execution.invocation import runner_command
 from evalfleet.execution.output_dir import INTERNAL_DIR, mark_runs_running, write_atomic
 from evalfleet.execution.progress import ProgressTracker, watch_progress
 from evalfleet.execution.servers import LocalServers
+from evalfleet.execution.standby import StandbyRunner, can_fork, runner_argv
 from evalfleet.execution.watchdog import WatchdogConfig, supervise
 from evalfleet.experiment.plan import Shard
 
@@ -117,7 +118,9 @@ class LocalRun:
         self.claim_dir.mkdir(parents=True)
         shards = self.job.ordered_shards()
         results = [WorkerResult(i, shards) for i in range(max(1, min(self.workers, len(shards))))]
-        threads = [threading.Thread(target=self._supervise, args=(r, internal), daemon=True) for r in results]
+        standbys = self._standby_runners(results, internal)  # forked before any thread exists
+        threads = [threading.Thread(target=self._supervise, args=(r, internal, standbys.get(r.worker)), daemon=True)
+                   for r in results]
         self._threads = threads
         for t in threads:
             t.start()
@@ -133,7 +136,15 @@ class LocalRun:
             t.join()
         return results
 
-    def _supervise(self, result: WorkerResult, internal: Path) -> None:
+    def _standby_runners(self, results: list[WorkerResult], internal: Path) -> dict[int, StandbyRunner]:
+        """worker → a child forked now to become its first attempt (execution/standby.py), where allowed."""
+        if not self.job.fork_runners or not can_fork():
+            return {}
+        if runner_argv(self.worker_command(0, [])) is None:
+            return {}
+        return {r.worker: StandbyRunner(internal / f"worker-{r.worker}.log", self.job.fork_runners) for r in results}
+
+    def _supervise(self, result: WorkerResult, internal: Path, standby: StandbyRunner | None = None) -> None:
         log_path = internal / f"worker-{result.worker}.log"
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
@@ -149,9 +160,13 @@ class LocalRun:
                     status_file=internal / f"worker-{result.worker}.status.json",
                     stop_event=self.stop,
                     log=lambda line: _append(log_path, f"evalfleet watchdog: {line}\n"),
+                    standby=standby,
                 )
         except Exception as exc:  # noqa: BLE001 - reported as this worker's failure
             result.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            if standby is not None:
+                standby.discard()  # a no-op once the watchdog released it
         result.shards = self.claimed_by(result.worker)
         self._use_spare_core()
 

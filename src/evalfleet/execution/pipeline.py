@@ -18,6 +18,7 @@ from typing import Callable, Iterable
 from evalfleet.errors import UserError
 from evalfleet.execution.backends import Backend, ExecutionJob, WorkerResult, get_backend
 from evalfleet.execution.output_dir import STATUS_FILE, default_output, prepare_output, write_run_status
+from evalfleet.execution.standby import EvalfleetMain
 from evalfleet.execution.watchdog import WatchdogConfig
 from evalfleet.experiment.loading import LoadedExperiment, load_experiment
 from evalfleet.experiment.plan import Plan, make_plan
@@ -52,19 +53,21 @@ def run(experiment: str | os.PathLike[str] | LoadedExperiment, *, overrides: Ite
         output: str | os.PathLike[str] | None = None, backend: str = "local", workers: int | None = None,
         resume: bool = False, progress: bool = True, shard_size: int | None = None,
         watchdog: WatchdogConfig | None = None, ray_address: str | None = None,
-        log: Callable[[str], None] = stderr_log) -> ExperimentResult:
+        log: Callable[[str], None] = stderr_log, fork_runners: EvalfleetMain | None = None) -> ExperimentResult:
     """Run the whole Experiment on `backend` and collect it; the typed result (per-Run counts and rates with
     95% intervals, statuses, the report's path).
 
     `output`: the folder (default outputs/<name>-<time>); `resume`: continue an interrupted folder of the
     same Experiment; `workers`: parallel runners (default: this machine's CPUs, or the Ray cluster's);
-    `progress`: a live progress bar on stderr. Bad input raises UserError before anything is written;
-    Ctrl-C stops every runner, keeps what finished and re-raises KeyboardInterrupt."""
+    `progress`: a live progress bar on stderr; `fork_runners`: the `evalfleet` command's main (`evalfleet
+    run` passes it): local runners' first attempts may then be forked from this process to run it
+    (execution/standby.py). Bad input raises UserError before
+    anything is written; Ctrl-C stops every runner, keeps what finished and re-raises KeyboardInterrupt."""
     loaded = load(experiment, overrides)
     chosen = get_backend(backend, workers=workers, address=ray_address)
     out = prepare(loaded, chosen, output, resume=resume, shard_size=shard_size)
     plan, results = execute(loaded, out, chosen, shard_size=shard_size, watchdog=watchdog, progress=progress,
-                            log=log)
+                            log=log, fork_runners=fork_runners)
     finish_runs(plan, out, results)
     return finalize_output(loaded, out)
 
@@ -81,13 +84,13 @@ def prepare(loaded: LoadedExperiment, backend: Backend, output: str | os.PathLik
 
 
 def execute(loaded: LoadedExperiment, out: Path, backend: Backend, *, shard_size: int | None = None,
-            watchdog: WatchdogConfig | None = None, progress: bool = True,
-            log: Callable[[str], None] = stderr_log) -> tuple[Plan, list[WorkerResult]]:
+            watchdog: WatchdogConfig | None = None, progress: bool = True, log: Callable[[str], None] = stderr_log,
+            fork_runners: EvalfleetMain | None = None) -> tuple[Plan, list[WorkerResult]]:
     """Plan for the backend's capacity, start the servers the plan needs, run every pending shard."""
     try:
         with exported(loaded.secrets):  # runners and servers inherit them; no file holds them
             return _execute(loaded, out, backend, shard_size=shard_size, watchdog=watchdog, progress=progress,
-                            log=log)
+                            log=log, fork_runners=fork_runners)
     except KeyboardInterrupt:
         log(f"interrupted: every worker stopped; finished episodes are kept. Continue with: "
             f"evalfleet run --resume{backend.resume_hint} --output {out}")
@@ -98,13 +101,13 @@ def execute(loaded: LoadedExperiment, out: Path, backend: Backend, *, shard_size
 
 def _execute(loaded: LoadedExperiment, out: Path, backend: Backend, *, shard_size: int | None,
              watchdog: WatchdogConfig | None, progress: bool,
-             log: Callable[[str], None]) -> tuple[Plan, list[WorkerResult]]:
+             log: Callable[[str], None], fork_runners: EvalfleetMain | None = None) -> tuple[Plan, list[WorkerResult]]:
     capacity = backend.open()
     plan = make_plan(loaded, shard_size=shard_size, workers=capacity)
     log(f"{loaded.experiment.name}: {len(plan.runs)} Runs, {plan.total_episodes} episodes, "
         f"{len(plan.shards)} shards on {backend.name} ({min(capacity, len(plan.shards))} workers) → {out}")
     job = ExecutionJob(loaded, plan, out, watchdog or WatchdogConfig.local(), show_progress=progress, log=log,
-                       spare_core_work=preload)
+                       spare_core_work=preload, fork_runners=fork_runners)
     with backend.serve(job) as experiment_file:
         return plan, backend.execute(job, experiment_file)
 

@@ -465,6 +465,18 @@ def heartbeat_is_current(beat: dict, attempt: int, launched_wall: float) -> bool
 Output = Union[None, int, IO[Any]]
 
 
+STOP_LOOK_S = 0.1  # how soon a waiting watchdog sees a stop request
+
+
+def _wait_for_exit(pid: int, exited: threading.Event) -> None:
+    """Block until child `pid` exits, without reaping it (see Watchdog._check_exit), then set `exited`."""
+    try:
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+    except (ChildProcessError, OSError):
+        pass  # already reaped, or not ours: the watchdog's own look decides
+    exited.set()
+
+
 def _has_exited(proc: subprocess.Popen) -> bool:
     """Whether the child has exited, leaving it unreaped."""
     try:
@@ -492,6 +504,7 @@ class Watchdog:
         log: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         liveness_files: Sequence[str] = (),
+        standby: Any = None,
     ):
         if not cmd:
             raise ValueError("the command to supervise is empty")
@@ -507,10 +520,14 @@ class Watchdog:
         self.log = log or (lambda line: print(f"evalfleet watchdog: {line}", file=sys.stderr, flush=True))
         self.clock = clock
         self.liveness_files = [str(p) for p in liveness_files]  # globs: the heartbeat is made from these files
+        # A child already forked to run `cmd` (execution/standby.py): the first launch releases it instead of
+        # starting a process; later launches start fresh ones.
+        self.standby = standby
         self.machine = WatchdogStateMachine(self.config)
         self.stop_signal: int | None = None  # set from a signal handler: plain assignment only
         self._proc: subprocess.Popen | None = None
         self._launched_wall = 0.0
+        self._exited = threading.Event()  # set by a thread blocked until the current child exits
         self._wall_offset = time.time() - clock()
 
     def stop(self) -> None:
@@ -558,6 +575,9 @@ class Watchdog:
                     if timeout > 0:
                         self._pause(timeout)
         finally:
+            if self.standby is not None:  # never launched (stopped first): end it unused
+                self.standby.discard()
+                self.standby = None
             self._cleanup()
         result = self._result()
         if result.state == "failed":
@@ -577,10 +597,13 @@ class Watchdog:
             self.stop_event.wait(timeout)
             return
         deadline = time.monotonic() + timeout
-        while not _has_exited(proc):  # looked at in 20 ms slices, without reaping (see _check_exit)
+        while not self._exited.is_set():
             left = deadline - time.monotonic()
-            if left <= 0 or self.stop_signal is not None or self.stop_event.wait(min(left, 0.02)):
+            if left <= 0 or self.stop_signal is not None or self.stop_event.is_set():
                 return
+            # Woken at once by the exit; a stop request is seen within STOP_LOOK_S. Not a tighter loop: every
+            # wake-up of this process takes a core from a runner for a moment.
+            self._exited.wait(min(left, STOP_LOOK_S))
 
     def _result(self) -> WatchdogResult:
         machine = self.machine
@@ -606,21 +629,29 @@ class Watchdog:
         env[HEARTBEAT_ENV] = str(self.heartbeat_path)
         env[ATTEMPT_ENV] = str(attempt)
         self._launched_wall = time.time()
+        standby, self.standby = self.standby, None
         try:
-            self._proc = subprocess.Popen(
-                self.cmd,
-                env=env,
-                cwd=self.cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=self.stdout,
-                stderr=self.stderr,
-                start_new_session=True,
-            )
+            if standby is not None:
+                self._proc = standby.release(self.cmd, env, self.cwd)
+            else:
+                self._proc = subprocess.Popen(
+                    self.cmd,
+                    env=env,
+                    cwd=self.cwd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=self.stdout,
+                    stderr=self.stderr,
+                    start_new_session=True,
+                )
         except OSError as exc:
             self._proc = None
             return f"{exc.strerror or exc} ({self.cmd[0]})"
+        self._exited = threading.Event()
+        threading.Thread(target=_wait_for_exit, args=(self._proc.pid, self._exited), daemon=True,
+                         name=f"exit-of-{self._proc.pid}").start()
         self.machine.launched(self._proc.pid)
-        self.log(f"attempt {attempt}: started pid {self._proc.pid}: {' '.join(self.cmd)}")
+        how = "forked" if standby is not None else "started"
+        self.log(f"attempt {attempt}: {how} pid {self._proc.pid}: {' '.join(self.cmd)}")
         return None
 
     def _check_exit(self, proc: subprocess.Popen) -> int | None:
@@ -722,9 +753,11 @@ def supervise(
     stop_event: threading.Event | None = None,
     log: Callable[[str], None] | None = None,
     liveness_files: Sequence[str] = (),
+    standby: Any = None,
 ) -> WatchdogResult:
     """Run `cmd` under the watchdog until it completes, is given up, or `stop_event` is set. Safe to call from a
-    thread (no signal handlers are installed). `stdout`/`stderr`: as for Popen (None = inherit)."""
+    thread (no signal handlers are installed). `stdout`/`stderr`: as for Popen (None = inherit). `standby`: a
+    child forked to run `cmd` (execution/standby.StandbyRunner), released by the first launch."""
     return Watchdog(
         cmd,
         heartbeat_path,
@@ -737,6 +770,7 @@ def supervise(
         stop_event=stop_event,
         log=log,
         liveness_files=liveness_files,
+        standby=standby,
     ).run()
 
 

@@ -1,0 +1,32 @@
+"""How an `evalfleet` process ends (`exit_now`), for the command line and for a runner forked from it."""
+
+from __future__ import annotations
+
+import os
+from typing import NoReturn
+
+
+def exit_now(code: int) -> NoReturn:
+    """End the process with `code` after everything of a normal exit that can matter (non-daemon threads
+    joined, atexit handlers run, which flushes logging, every open file flushed), without the interpreter's
+    module teardown: with MuJoCo, SciPy or matplotlib loaded that costs 0.1-0.2 s, which whoever waits
+    for this process (the watchdog for a runner, a user for `run`) would pay at the end of every run."""
+    import _io
+    import atexit
+    import gc
+    import threading
+
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()  # what a normal exit runs first (logging.shutdown is one of them)
+    for obj in gc.get_objects():  # files a plugin left open would be flushed by the teardown skipped here
+        # type(), not isinstance(): a weak proxy would forward the check to a referent that may be gone. The C
+        # base every file class derives from, not the io.IOBase ABC: its subclass check costs 3x (~30 ms per exit)
+        if issubclass(type(obj), _io._IOBase):
+            try:
+                if not obj.closed and obj.writable():
+                    obj.flush()
+            except Exception:  # noqa: BLE001 - a reader gone away, a detached buffer: nothing left to save
+                pass
+    os._exit(code)
