@@ -123,3 +123,31 @@ def test_only_runner_commands_of_this_interpreter_are_run_in_place():
     assert runner_argv(runner_command("exp.yaml", "out", python="/other/python")) is None
     assert runner_argv([sys.executable, "-m", "evalfleet.cli", "run", "exp.yaml"]) is None
     assert json.dumps(runner_argv(cmd))  # travels to the child as JSON
+
+
+@pytest.mark.slow
+def test_a_standby_that_died_before_its_release_is_replaced_by_a_started_runner(tmp_path):
+    (tmp_path / "exp.yaml").write_text("name: t\nruns:\n  r:\n    environment: {type: metaworld, task: reach-v3}\n"
+                                       "    policy: {type: metaworld_expert}\n    rollout_limit: {num_episodes: 1}\n")
+    done = _python(f"""
+        import os, signal, sys, time
+        from evalfleet.cli import main
+        from evalfleet.execution.standby import StandbyRunner
+        from evalfleet.execution.watchdog import WatchdogConfig, supervise
+        root = {str(tmp_path)!r}
+        standby = StandbyRunner(root + "/worker.log", main)
+        os.kill(standby.pid, signal.SIGKILL)
+        time.sleep(0.2)
+        lines = []
+        with open(root + "/worker.log", "ab") as log:
+            result = supervise([sys.executable, "-m", "evalfleet.cli", "runner", root + "/exp.yaml", "--output",
+                                root + "/out"], root + "/hb", WatchdogConfig.local(), stdout=log, stderr=log,
+                               log=lines.append, standby=standby)
+        print(result.state, len(result.attempts))
+        print(*lines, sep="\\n")
+    """)
+    assert done.returncode == 0, done.stderr
+    first, *log = done.stdout.splitlines()
+    assert first == "completed 1"
+    assert any(line.startswith("attempt 1: started pid") for line in log), log
+    assert len((tmp_path / "out" / "r" / "parts").glob("*.jsonl").__next__().read_text().splitlines()) == 1

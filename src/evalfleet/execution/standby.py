@@ -99,18 +99,18 @@ class StandbyRunner:
             view = memoryview(message)
             while view:
                 view = view[os.write(self._require_open(), view):]
-        finally:
+        except OSError:  # the child is gone (a closed pipe): reap it; the watchdog starts a fresh process
             self._close()
+            _reap(self.pid)
+            raise
+        self._close()
         return ForkedProcess(self.pid)
 
     def discard(self) -> None:
         if self._write_end is None:
             return
         self._close()  # the child reads an empty message and exits
-        try:
-            os.waitpid(self.pid, 0)
-        except ChildProcessError:
-            pass
+        _reap(self.pid)
 
     def _require_open(self) -> int:
         if self._write_end is None:
@@ -124,6 +124,13 @@ class StandbyRunner:
             self._write_end = None
 
 
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
 def _wait_and_run(read_end: int, log_path: Path, main: EvalfleetMain, inherited_ends: list[int]) -> None:
     """In the forked child: become what a started runner would be, wait for the command, run it, exit."""
     import atexit
@@ -131,6 +138,9 @@ def _wait_and_run(read_end: int, log_path: Path, main: EvalfleetMain, inherited_
     code = 1
     try:
         os.setsid()  # its own process group at once: the watchdog signals the group (start_new_session)
+        # The other standbys' pipes (raw descriptors, no Python object holds them): else a standby whose
+        # parent died would wait on, held open by its sibling. Other inherited descriptors stay: closing one
+        # under a Python file object would let that object later close or write whatever reuses its number.
         for fd in inherited_ends:
             try:
                 os.close(fd)

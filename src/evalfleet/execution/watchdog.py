@@ -630,10 +630,13 @@ class Watchdog:
         env[ATTEMPT_ENV] = str(attempt)
         self._launched_wall = time.time()
         standby, self.standby = self.standby, None
-        try:
-            if standby is not None:
+        if standby is not None:
+            try:
                 self._proc = standby.release(self.cmd, env, self.cwd)
-            else:
+            except OSError:
+                standby = None  # its child is gone: this attempt starts a process as any other
+        try:
+            if standby is None:
                 self._proc = subprocess.Popen(
                     self.cmd,
                     env=env,
