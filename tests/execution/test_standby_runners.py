@@ -111,7 +111,19 @@ def test_forking_needs_a_single_threaded_process_and_can_be_turned_off():
         stop.set()
     """
     assert _python(code).stdout.split() == ["True", "False"]
+    assert _python(code, EVALFLEET_FRESH_RUNNERS="off").stdout.split() == ["True", "False"]
     assert _python(code, EVALFLEET_FRESH_RUNNERS="1").stdout.split() == ["False", "False"]
+    assert _python(code, EVALFLEET_FRESH_RUNNERS="Yes").stdout.split() == ["False", "False"]
+
+
+def test_an_unreadable_fresh_runners_value_is_refused_before_anything_is_written(write_experiment, tmp_path):
+    path = write_experiment({"reach": metaworld_run("reach-v3", episodes=1)})
+    out = tmp_path / "out"
+    proc = run_evalfleet("run", str(path), "--output", str(out), "--no-progress",
+                         env=plugin_env(EVALFLEET_FRESH_RUNNERS="sometimes"))
+    assert proc.returncode == 2, proc.stderr
+    assert "EVALFLEET_FRESH_RUNNERS='sometimes'" in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists()
 
 
 def test_only_runner_commands_of_this_interpreter_are_run_in_place():

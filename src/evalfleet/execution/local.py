@@ -26,7 +26,7 @@ from evalfleet.execution.invocation import runner_command
 from evalfleet.execution.output_dir import INTERNAL_DIR, mark_runs_running, write_atomic
 from evalfleet.execution.progress import ProgressTracker, watch_progress
 from evalfleet.execution.servers import LocalServers
-from evalfleet.execution.standby import StandbyRunner, can_fork, runner_argv
+from evalfleet.execution.standby import StandbyRunner, can_fork, fresh_runners_requested, runner_argv
 from evalfleet.execution.watchdog import WatchdogConfig, supervise
 from evalfleet.experiment.plan import Shard
 
@@ -43,6 +43,9 @@ class LocalBackend(BackendBase):
         if self.workers <= 0:
             raise UserError("--workers must be at least 1", where="command line", key="--workers")
         self._runs: list[LocalRun] = []
+
+    def check(self) -> None:
+        fresh_runners_requested()  # a value it cannot read is refused before the output folder exists
 
     def open(self) -> int:
         return self.workers

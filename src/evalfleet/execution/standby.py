@@ -11,7 +11,8 @@ backends.
 
 Only `evalfleet run` asks for this (a library caller's process is not ours to fork), and only where
 forking is safe: Linux, and a process with one thread (fork copies only the calling thread, so a lock
-another thread held would stay held in the child). EVALFLEET_FRESH_RUNNERS=1 turns it off.
+another thread held would stay held in the child). EVALFLEET_FRESH_RUNNERS=1 turns it off (0, or unset: on;
+another value is refused, exit 2, before anything is written).
 """
 
 from __future__ import annotations
@@ -25,10 +26,25 @@ import threading
 from pathlib import Path
 from typing import Callable, Sequence
 
+from evalfleet.errors import UserError
 from evalfleet.process_exit import exit_now
 
 FRESH_RUNNERS_ENV = "EVALFLEET_FRESH_RUNNERS"
 RUNNER_MODULE = "evalfleet.cli"
+
+
+_FLAG_VALUES = {"": False, "0": False, "false": False, "no": False, "off": False,
+                "1": True, "true": True, "yes": True, "on": True}
+
+
+def fresh_runners_requested() -> bool:
+    """Whether EVALFLEET_FRESH_RUNNERS asks for new processes only; an unknown value is the user's to fix."""
+    value = os.environ.get(FRESH_RUNNERS_ENV, "").strip().lower()
+    if value not in _FLAG_VALUES:
+        raise UserError(f"{FRESH_RUNNERS_ENV}={os.environ[FRESH_RUNNERS_ENV]!r}: expected 1 (every runner a new "
+                        "process) or 0 (first attempts forked from `evalfleet run`); set one or unset it",
+                        where="environment", key=FRESH_RUNNERS_ENV)
+    return _FLAG_VALUES[value]
 
 
 def can_fork() -> bool:
@@ -36,7 +52,7 @@ def can_fork() -> bool:
         sys.platform.startswith("linux")
         and hasattr(os, "fork")
         and threading.active_count() == 1
-        and os.environ.get(FRESH_RUNNERS_ENV, "").strip() in ("", "0")
+        and not fresh_runners_requested()
     )
 
 
