@@ -5,8 +5,9 @@ evalfleet's imports, every plugin module, the Experiment loaded and validated ag
 process has all of that already. So the local backend forks one *standby* child per worker before it
 starts any thread, and each worker's watchdog releases its standby when it launches attempt 1, sending
 the command and environment that attempt would have been started with; the child then runs that
-command's `evalfleet runner` in place (`cli.main`), in its own session, with its output in the worker's
-log, exactly as a started runner would. Restarts are fresh processes, as are all runners of the other
+command's `evalfleet runner` in place, through the `evalfleet` command's own `main` (which `evalfleet run`
+hands down: nothing below the command line imports it), in its own session, with its output in the
+worker's log, as a started runner would. Restarts are fresh processes, as are all runners of the other
 backends.
 
 Only `evalfleet run` asks for this (a library caller's process is not ours to fork), and only where
