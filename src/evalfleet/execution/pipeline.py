@@ -61,8 +61,8 @@ def run(experiment: str | os.PathLike[str] | LoadedExperiment, *, overrides: Ite
     same Experiment; `workers`: parallel runners (default: this machine's CPUs, or the Ray cluster's);
     `progress`: a live progress bar on stderr; `fork_runners`: the `evalfleet` command's main (`evalfleet
     run` passes it): local runners' first attempts may then be forked from this process to run it
-    (execution/standby.py). Bad input raises UserError before
-    anything is written; Ctrl-C stops every runner, keeps what finished and re-raises KeyboardInterrupt."""
+    (execution/standby.py). Bad input raises UserError before anything is written; Ctrl-C stops every
+    runner, keeps what finished and re-raises KeyboardInterrupt."""
     loaded = load(experiment, overrides)
     chosen = get_backend(backend, workers=workers, address=ray_address)
     out = prepare(loaded, chosen, output, resume=resume, shard_size=shard_size)
