@@ -19,7 +19,8 @@ from typing import Any, Iterator
 MASK = "***"
 EXTRACTED_KEYS = ("api_key",)  # clients of these read `<key>_env` (serving.client_options)
 SECRET_NAME = re.compile(r"(^|_)(api_?key|token|password|passwd|secret|credentials?)($|_)", re.IGNORECASE)
-URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@\s]+)@")
+# A URL as it stands in text: the scheme, then everything up to whitespace, a quote or a bracket.
+URL_IN_TEXT = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<rest>[^\s'\"<>`(){}\[\]]*)")
 ENV_PREFIX = "EVALFLEET_SECRET_"
 
 
@@ -56,9 +57,41 @@ def extract(node: Any, path: str = "") -> tuple[Any, dict[str, str]]:
     return node, found
 
 
+def split_userinfo(rest: str) -> tuple[str | None, str]:
+    """A URL's text after `scheme://` → (its credentials or None, the rest from the host on).
+
+    The one rule for credentials in URLs: they end at the LAST `@` of the URL (an S3 secret key may hold `/`,
+    `+` and `@`), and what precedes that `@` counts as credentials when it holds a `:` (user:password) or no
+    `/` (user@host). So `s3://bucket/v@2` keeps its path, and a password is never cut short; a `host:port/a@b`
+    path is masked too, which is the safe side to err on."""
+    at = rest.rfind("@")
+    if at < 0:
+        return None, rest
+    info = rest[:at]
+    if ":" in info or "/" not in info:
+        return info, rest[at + 1:]
+    return None, rest
+
+
 def mask_url(text: str) -> str:
-    """scheme://user:secret@host/... → scheme://***@host/..."""
-    return URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+    """Every URL in `text` with its credentials masked: scheme://user:secret@host/... → scheme://***@host/...
+    Used for every printed line, error message, log and written file that may hold a URL."""
+    def masked(match: re.Match[str]) -> str:
+        info, rest = split_userinfo(match.group("rest"))
+        return match.group(0) if info is None else f"{match.group('scheme')}{MASK}@{rest}"
+
+    return URL_IN_TEXT.sub(masked, text)
+
+
+def strip_url_credentials(url: str) -> tuple[str, bool]:
+    """`url` without the credentials it carries, and whether it carried any (s3://KEY:SECRET@b/p → s3://b/p)."""
+    match = URL_IN_TEXT.match(url)
+    if match is None:
+        return url, False
+    info, rest = split_userinfo(match.group("rest"))
+    if info is None:
+        return url, False
+    return match.group("scheme") + rest + url[match.end():], True
 
 
 def mask_value(key: str, value: Any) -> Any:

@@ -63,7 +63,7 @@ import yaml
 from evalfleet.errors import UserError
 from evalfleet.execution.backends import BACKENDS, BackendBase
 from evalfleet.execution.settings import OSMO_NAME, OSMO_NAME_MAX, OsmoSettings, backend_settings
-from evalfleet.secrets import URL_USERINFO, looks_secret, mask_url
+from evalfleet.secrets import looks_secret, strip_url_credentials
 
 WHERE = "command line"
 TASK_DIR = "/tmp/evalfleet"  # where a task's files are mounted (OSMO forbids paths under /osmo)
@@ -555,9 +555,9 @@ def output_credentials(settings: OsmoSettings) -> tuple[str | None, dict[str, An
     """`osmo.output_url` without the credentials it may carry (s3://KEY:SECRET@bucket/...), and the collect
     task's `credentials` that hand the bucket keys over instead (from `osmo.credential`)."""
     url = settings.output_url
-    if not url or mask_url(url) == url:
+    bare, had_credentials = strip_url_credentials(url) if url else (url, False)
+    if not had_credentials:
         return url, {}
-    bare = URL_USERINFO.sub(lambda m: m.group("scheme"), url)
     return bare, {"credentials": {settings.credential: {"AWS_ACCESS_KEY_ID": "AWS_ACCESS_KEY_ID",
                                                         "AWS_SECRET_ACCESS_KEY": "AWS_SECRET_ACCESS_KEY"}}}
 
