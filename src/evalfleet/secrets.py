@@ -103,6 +103,14 @@ def mask_value(key: str, value: Any) -> Any:
     return value
 
 
+def shown_input(key: str, value: Any) -> str:
+    """How an error message shows the value a user gave for `key` ("got ..."): a secret key's value never
+    (whatever its type: a numeric api_key too), a URL without its credentials."""
+    if looks_secret(str(key).rsplit(".", 1)[-1]):
+        return MASK
+    return mask_url(repr(value))
+
+
 def mask_text(text: str, values: Any) -> str:
     """`text` with every given secret value replaced by ***."""
     for value in sorted((v for v in values if isinstance(v, str) and v), key=len, reverse=True):

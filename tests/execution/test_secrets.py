@@ -106,3 +106,42 @@ def test_non_secret_settings_are_not_masked():
     assert mask_url("https://user:pw@host/x") == "https://***@host/x"
     doc, found = extract({"runs": {"r": {"policy": {"api_key": "k", "api_key_env": None, "port": 1}}}})
     assert found == {env_name("runs.r.policy.api_key"): "k"} and doc["runs"]["r"]["policy"]["port"] == 1
+
+
+def test_one_masking_rule_for_credentials_in_urls():
+    """AWS secret keys hold `/` and `+`, passwords `@`: the credentials end at the URL's last `@`, wherever
+    the URL stands in a line (quoted, in parentheses, beside another URL)."""
+    from evalfleet.secrets import strip_url_credentials
+
+    for secret in ("SEC/RET+x", "p@ss:w/rd", "a+b/c@d"):
+        line = f"cannot write to 's3://KEY:{secret}@bucket/evals' (see http://u:{secret}@h:9/x)"
+        masked = mask_url(line)
+        assert secret not in masked and "KEY" not in masked, masked
+        assert "'s3://***@bucket/evals'" in masked and "http://***@h:9/x)" in masked
+        assert strip_url_credentials(f"s3://KEY:{secret}@bucket/evals") == ("s3://bucket/evals", True)
+    # a path that holds an @ is not taken for credentials
+    assert mask_url("s3://bucket/run@2/x") == "s3://bucket/run@2/x"
+    assert strip_url_credentials("s3://bucket/run@2/x") == ("s3://bucket/run@2/x", False)
+
+
+def test_validation_errors_never_echo_a_secret_value(tmp_path):
+    """A numeric api_key (or a list) fails validation; the message says what is expected, never the value;
+    a host URL with a password is refused (it would reach experiment.yaml and the logs) and not echoed."""
+    cases = {
+        "policy: {type: openpi_remote, api_key: 987654321}": "987654321",
+        "policy: {type: openpi_remote, api_key: [987654321]}": "987654321",
+        "policy: {type: openpi_remote, host: 'ws://user:PW-Zq81x@example.org'}": "PW-Zq81x",
+    }
+    for policy, secret in cases.items():
+        exp = tmp_path / "exp.yaml"
+        exp.write_text("runs:\n  r:\n    environment: {type: metaworld, task: push-v3}\n"
+                       f"    {policy}\n    rollout_limit: {{num_episodes: 2}}\n")
+        for command in (["plan", str(exp)], ["run", str(exp), "--output", str(tmp_path / "out")]):
+            proc = evalfleet(*command, cwd=tmp_path)
+            assert proc.returncode == 2, proc.stderr
+            assert secret not in proc.stdout + proc.stderr, proc.stderr
+            assert "runs.r.policy." in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+            assert not (tmp_path / "out").exists()
+    # given as an override, the same
+    proc = evalfleet("plan", str(exp), "runs.r.policy.api_key=[55555]", cwd=tmp_path)
+    assert proc.returncode == 2 and "55555" not in proc.stderr, proc.stderr

@@ -21,6 +21,7 @@ from evalfleet.experiment.overrides import WHERE as COMMAND_LINE
 from evalfleet.experiment.overrides import Override, parse_override, set_path
 from evalfleet.experiment.safe_yaml import parse_yaml, read_text_bounded
 from evalfleet.experiment.schema import MAX_NAME, RUN_NAME, Experiment, Run, VariationSpec
+from evalfleet.secrets import mask_url, shown_input
 
 SPEC_KEYS = set(VariationSpec.model_fields)
 
@@ -304,8 +305,8 @@ def _validation_error(exc: ValidationError, where: str, model: type[BaseModel], 
     if err["type"] == "missing":
         msg = "required key is missing"
     elif "input" in err and err["type"] not in ("value_error",) and not isinstance(err["input"], dict):
-        msg = f"{msg} (got {err['input']!r})"
-    return UserError(msg, where=where, key=key)
+        msg = f"{msg} (got {shown_input(key, err['input'])})"
+    return UserError(mask_url(msg), where=where, key=key)
 
 
 def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:

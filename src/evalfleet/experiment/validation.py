@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from evalfleet.errors import UserError
 from evalfleet.experiment.schema import Run
+from evalfleet.secrets import mask_url, shown_input
 
 
 # How Arena's registries name environments and policies: lower-case snake case.
@@ -53,7 +54,8 @@ def _validate_options(model: type[BaseModel], options: dict[str, Any], where: st
         else:
             msg = err["msg"].removeprefix("Value error, ")
             if repr(err.get("input")) not in msg:
-                msg += f" (got {err.get('input')!r})"
+                msg += f" (got {shown_input(loc, err.get('input'))})"
+            msg = mask_url(msg)
         raise UserError(msg, where=where, key=f"{key}.{loc}" if loc else key) from None
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from evalfleet.serving.common import DEFAULT_MAX_MESSAGE_MB
 
@@ -57,6 +57,17 @@ class RemoteClientOptions(BaseModel):
     # container image a cluster backend (OSMO) runs the server in.
     python: str | None = None
     image: str | None = None
+
+    @field_validator("host")
+    @classmethod
+    def _no_credentials_in_host(cls, host: str) -> str:
+        # A password in the host would be written into experiment.yaml and every log line that names the server.
+        from evalfleet.secrets import strip_url_credentials
+
+        if strip_url_credentials(host)[1]:
+            raise ValueError("credentials in the host's URL are not accepted; give the host alone and the key as "
+                             "api_key_env: VARIABLE (the environment variable that holds it)")
+        return host
 
 
 def with_api_key(options: RemoteClientOptions) -> RemoteClientOptions:
