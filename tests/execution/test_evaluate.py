@@ -120,3 +120,70 @@ def test_something_that_is_not_a_policy_is_a_user_error(tmp_path):
     with pytest.raises(evalfleet.UserError, match="no Run named"):
         evalfleet.evaluate(lambda obs: obs, QUICKSTART, runs=["nope"], output=tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture
+def hang_guard():
+    """A safety net only: a call that hangs ends the test session with every thread's traceback."""
+    import faulthandler
+
+    faulthandler.dump_traceback_later(180, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+ONE_SHORT_EPISODE = ["shared.rollout_limit.num_episodes=2", "runs.push_expert.max_attempts=2",
+                     "runs.push_expert.episode_timeout_s=1"]
+
+
+def _error_records(out) -> list[dict]:
+    """Every attempt's record (the parts), not only those that count."""
+    records = [json.loads(line) for part in sorted((out / "push_expert" / "parts").glob("*.jsonl"))
+               for line in part.read_text().splitlines()]
+    assert {r["status"] for r in records} == {"error"}, records
+    return records
+
+
+def test_a_blocked_policy_times_out_at_episode_timeout_and_no_thread_is_left(tmp_path, hang_guard):
+    """The policy blocks in its first call: that call fails at the Run's episode_timeout_s, every later call
+    fails at once (not one deadline per episode), and evaluate() returns with every thread it started
+    stopped except the policy's own daemon thread, which ends as soon as the blocked call returns."""
+    release, entered = threading.Event(), threading.Event()
+
+    def blocking(observation):
+        entered.set()
+        release.wait(120)
+        return [0.0, 0.0, 0.0, 0.0]
+
+    before = set(threading.enumerate())
+    result = evalfleet.evaluate(blocking, QUICKSTART, runs=["push_expert"], workers=1, overrides=ONE_SHORT_EPISODE,
+                                output=tmp_path / "out", log=lambda line: None)
+    assert entered.is_set()
+    run = result.runs["push_expert"]
+    assert run.errors == 2 and run.decided == 0 and not result.ok
+    records = _error_records(tmp_path / "out")
+    assert len(records) == 4  # two episodes, two attempts each
+    errors = " ".join(r["error"] for r in records)
+    assert "did not return within 1 s" in errors and "still blocked" in errors
+    left = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+    assert [t.name for t in left] == ["evalfleet-policy"] and left[0].daemon, left  # no server, no policy_0
+    release.set()
+    threads, children = _settled(before, timeout_s=60)
+    assert not threads and not children
+
+
+def test_sys_exit_in_the_policy_is_an_error_of_the_policy_at_once(tmp_path, hang_guard):
+    import sys
+
+    def exits(observation):
+        sys.exit(3)
+
+    before = set(threading.enumerate())
+    result = evalfleet.evaluate(exits, QUICKSTART, runs=["push_expert"], workers=1, output=tmp_path / "out",
+                                overrides=["shared.rollout_limit.num_episodes=2", "runs.push_expert.max_attempts=1"],
+                                log=lambda line: None)
+    assert result.runs["push_expert"].errors == 2 and not result.ok
+    assert all("raised SystemExit: 3" in r["error"] for r in _error_records(tmp_path / "out"))
+    left = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+    assert not left, left  # joined before evaluate() returned, not later
+    assert not _children()

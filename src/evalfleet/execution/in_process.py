@@ -20,6 +20,7 @@ import numpy as np
 import yaml
 
 from evalfleet.errors import UserError
+from evalfleet.execution.guarded_policy import THREAD_NAME, GuardedPolicy
 from evalfleet.execution.pipeline import load, run, stderr_log
 from evalfleet.execution.watchdog import WatchdogConfig
 from evalfleet.experiment.loading import LoadedExperiment, load_experiment
@@ -30,6 +31,7 @@ from evalfleet.serving.process import ServerThread
 
 SERVED_POLICY_TYPE = "openpi_remote"
 DEFAULT_MAX_WAIT_MS = 2.0
+REPLY_GRACE_S = 5.0  # a client waits this much past the episode's deadline for the server's timeout error
 
 
 class _CallablePolicy(BasePolicy):
@@ -72,16 +74,26 @@ def policy_tag(policy: Any) -> str:
 
 def served_document(loaded: LoadedExperiment, host: str, port: int, tag: str,
                     runs: Iterable[str] | None) -> dict[str, Any]:
-    """The resolved Experiment with every chosen Run's policy replaced by a client of the in-process server."""
+    """The resolved Experiment with every chosen Run's policy replaced by a client of the in-process server.
+    A request waits for its reply as long as the Run's episode may last (and a little longer, so that the
+    server's own timeout error arrives first); a lost in-process server is not retried."""
     doc = loaded.resolved_document()
-    chosen = list(runs) if runs is not None else list(doc["runs"])
-    for name in chosen:
-        if name not in doc["runs"]:
-            raise UserError(f"no Run named {name!r}; Runs: {', '.join(doc['runs'])}", where=loaded.path, key="runs")
+    chosen = chosen_runs(loaded, runs)
     doc["runs"] = {name: {**doc["runs"][name], "policy_name": tag,
-                          "policy": {"type": SERVED_POLICY_TYPE, "host": host, "port": port}}
+                          "policy": {"type": SERVED_POLICY_TYPE, "host": host, "port": port, "max_retries": 0,
+                                     "request_timeout_s": loaded.experiment.runs[name].episode_timeout_s
+                                     + REPLY_GRACE_S}}
                    for name in chosen}
     return doc
+
+
+def chosen_runs(loaded: LoadedExperiment, runs: Iterable[str] | None) -> list[str]:
+    names = list(loaded.experiment.runs)
+    chosen = list(runs) if runs is not None else names
+    for name in chosen:
+        if name not in names:
+            raise UserError(f"no Run named {name!r}; Runs: {', '.join(names)}", where=loaded.path, key="runs")
+    return chosen
 
 
 def evaluate(policy: Any, experiment: str | os.PathLike[str] | LoadedExperiment, *, overrides: Iterable[str] = (),
@@ -94,18 +106,32 @@ def evaluate(policy: Any, experiment: str | os.PathLike[str] | LoadedExperiment,
 
     The Experiment's own policies are replaced by `policy`, tagged `policy_name` (default: its `name`
     attribute or class name). `max_batch`: largest batch one `act_batch` call gets (default: the number of
-    envs stepping at once). A policy that raises yields error records (infrastructure errors, retried and
-    then left as errors in the result), never an exception here."""
+    envs stepping at once). A policy that raises (SystemExit too) or does not return within the Run's
+    `episode_timeout_s` yields error records (infrastructure errors, retried and then left as errors in the
+    result), never an exception or a hang here; while a call is still blocked, further calls fail at once."""
     served = as_policy(policy)
     loaded = load(experiment, overrides)
+    chosen = chosen_runs(loaded, runs)
     workers = workers if workers is not None else (os.cpu_count() or 1)
     envs = max(r.environment_builder.num_envs for r in loaded.experiment.runs.values())
-    server = OpenpiServer(served, host="127.0.0.1", port=0, max_batch=max_batch or max(1, workers * envs),
-                          max_wait_ms=max_wait_ms, metadata=dict(getattr(policy, "metadata", None) or {}))
     tag = policy_name or policy_tag(policy)
-    with ServerThread(server) as thread, tempfile.TemporaryDirectory(prefix="evalfleet-evaluate-") as tmp:
-        doc = served_document(loaded, thread.host, int(thread.port), tag, runs)
-        wired = Path(tmp) / "experiment.yaml"
-        wired.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
-        return run(load_experiment(wired), output=output, backend="local", workers=workers, progress=progress,
-                   watchdog=watchdog, log=log)
+    deadline = max(loaded.experiment.runs[name].episode_timeout_s for name in chosen)
+    guarded = GuardedPolicy(served, deadline_s=deadline, name=f"the policy {tag!r}")
+    server = OpenpiServer(guarded, host="127.0.0.1", port=0, max_batch=max_batch or max(1, workers * envs),
+                          max_wait_ms=max_wait_ms, metadata=dict(getattr(policy, "metadata", None) or {}))
+    try:
+        with ServerThread(server) as thread, tempfile.TemporaryDirectory(prefix="evalfleet-evaluate-") as tmp:
+            try:
+                doc = served_document(loaded, thread.host, int(thread.port), tag, chosen)
+                wired = Path(tmp) / "experiment.yaml"
+                wired.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+                return run(load_experiment(wired), output=output, backend="local", workers=workers,
+                           progress=progress, watchdog=watchdog, log=log)
+            finally:
+                guarded.close()  # a call still waiting on the policy gives up: the server can stop at once
+    finally:
+        guarded.close()
+        server.worker.join()  # the server's policy thread; the server thread was joined on leaving `with`
+        if not guarded.join():
+            log(f"evaluate: {tag} is still blocked in a call that does not return; its daemon thread "
+                f"{THREAD_NAME!r} ends when that call returns")

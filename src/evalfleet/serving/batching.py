@@ -127,3 +127,7 @@ class PolicyWorker:
             self._task = None
         self._queue = None
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def join(self) -> None:
+        """After `aclose`, from outside the event loop: wait for the policy thread to end."""
+        self._executor.shutdown(wait=True, cancel_futures=True)
