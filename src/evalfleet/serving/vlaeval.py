@@ -9,7 +9,8 @@ Wire protocol:
   ``seq`` of the message it answers.
 * Arrays travel as ``{"__ndarray__": true, data, dtype, shape}`` (bool/int/uint/float only); HWC uint8
   images (1, 3 or 4 channels) as ``{"__image__": true, format: png|raw|jpeg, data, shape}`` — PNG by
-  default. Keys are strings.
+  default. Keys are strings. The codec (`vlaeval_codec`) decodes a frame within its size limit: an image's
+  declared size is checked before its pixels are decoded.
 * The client sends HELLO first (``harness_version``, ``protocol_version: 1``); the server answers HELLO
   with ``model_server``, ``capabilities`` and optionally ``action_spec`` / ``observation_spec``
   (``{component: {name, dims, format, range?}}``) and ``observation_params``.
@@ -31,13 +32,11 @@ import asyncio
 import hmac
 import http
 import http.client
-import io
 import itertools
 import logging
 import time
 from typing import Any, Callable
 
-import msgpack
 import numpy as np
 from pydantic import Field
 
@@ -46,125 +45,15 @@ from evalfleet.policies.base import GRIPPER_CONVENTIONS, POLICIES, SPEC_KEY, Bas
 from evalfleet.serving.batching import PolicyWorker
 from evalfleet.serving.client_options import RemoteClientOptions
 from evalfleet.serving.common import DEFAULT_MAX_MESSAGE_MB, AuthenticationError, Backoff, RemotePolicyError, validate_options
+from evalfleet.serving.vlaeval_codec import MESSAGE_TYPES, WireFormatError, pack, unpack  # noqa: F401 - the codec
 
 log = logging.getLogger(__name__)
 
 PROTOCOL_VERSION = 1
 HARNESS_VERSION = "evalfleet"
 HEALTH_PATH = "/health"
-MESSAGE_TYPES = ("hello", "observation", "action", "episode_start", "episode_end", "error")
-ALLOWED_DTYPE_KINDS = frozenset("biuf")
-MAX_IMAGE_PIXELS = 64 * 2**20  # a decoded image may not claim more than this (PNG bombs)
 # vla-eval's gripper formats -> evalfleet's gripper conventions
 GRIPPER_FORMATS = {"binary_close_positive": "positive_closes", "binary_close_negative": "positive_opens"}
-
-
-class WireFormatError(ValueError):
-    """A frame that is not a valid vla-eval envelope."""
-
-
-# ===================================================================== codec
-
-
-def _encode(obj: Any, image_format: str) -> Any:
-    if isinstance(obj, np.ndarray):
-        if image_format != "raw" and obj.ndim == 3 and obj.dtype == np.uint8 and obj.shape[2] in (1, 3, 4):
-            from PIL import Image
-
-            buf = io.BytesIO()
-            Image.fromarray(obj[..., 0] if obj.shape[2] == 1 else obj).save(buf, format="PNG")
-            return {"__image__": True, "format": "png", "data": buf.getvalue(), "shape": list(obj.shape)}
-        if obj.dtype.kind not in ALLOWED_DTYPE_KINDS:
-            raise TypeError(f"vla-eval carries bool/int/uint/float arrays, not {obj.dtype}")
-        return {"__ndarray__": True, "data": obj.tobytes(), "dtype": obj.dtype.str, "shape": list(obj.shape)}
-    if isinstance(obj, np.bool_):
-        return bool(obj)
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, np.floating):
-        return float(obj)
-    if isinstance(obj, (tuple, set)):
-        return list(obj)
-    raise TypeError(f"cannot send a {type(obj).__name__} over vla-eval")
-
-
-def _shape(value: Any) -> tuple[int, ...]:
-    if not isinstance(value, list) or len(value) > 32 or not all(type(d) is int and d >= 0 for d in value):
-        raise WireFormatError(f"bad array shape {value!r}")
-    return tuple(value)
-
-
-def _decode_image(obj: dict[str, Any]) -> np.ndarray:
-    from PIL import Image
-
-    shape = _shape(obj.get("shape"))
-    data = obj.get("data")
-    if not isinstance(data, bytes) or len(shape) != 3 or shape[2] not in (1, 3, 4):
-        raise WireFormatError("an image needs bytes `data` and an HWC `shape` with 1, 3 or 4 channels")
-    fmt = obj.get("format")
-    if fmt == "raw":
-        return _decode_array({"data": data, "dtype": "|u1", "shape": list(shape)})
-    if fmt not in ("png", "jpeg"):
-        raise WireFormatError(f"unknown image format {fmt!r}")
-    if shape[0] * shape[1] > MAX_IMAGE_PIXELS:
-        raise WireFormatError(f"image of {shape[0]}x{shape[1]} pixels is over the limit")
-    try:
-        with Image.open(io.BytesIO(data)) as img:
-            if img.size != (shape[1], shape[0]):  # checked before decoding the pixels
-                raise WireFormatError(f"image is {img.size[1]}x{img.size[0]}, its shape says {shape[0]}x{shape[1]}")
-            arr = np.asarray(img.convert({1: "L", 3: "RGB", 4: "RGBA"}[shape[2]]), dtype=np.uint8)
-    except WireFormatError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - anything PIL says about bad bytes
-        raise WireFormatError(f"image does not decode: {exc}") from None
-    return arr.reshape(shape)
-
-
-def _decode_array(obj: dict[str, Any]) -> np.ndarray:
-    try:
-        dtype = np.dtype(obj.get("dtype"))
-    except TypeError:
-        raise WireFormatError(f"bad dtype {obj.get('dtype')!r}") from None
-    if dtype.kind not in ALLOWED_DTYPE_KINDS:
-        raise WireFormatError(f"disallowed dtype {dtype}; only bool/int/uint/float")
-    shape = _shape(obj.get("shape"))
-    data = obj.get("data")
-    if not isinstance(data, bytes) or len(data) != int(np.prod(shape, dtype=object)) * dtype.itemsize:
-        raise WireFormatError(f"array data does not fill shape {list(shape)} of {dtype}")
-    return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
-
-
-def _object_hook(obj: dict[str, Any]) -> Any:
-    if obj.get("__image__") is True:
-        return _decode_image(obj)
-    if obj.get("__ndarray__") is True:
-        return _decode_array(obj)
-    return obj
-
-
-def pack(msg_type: str, payload: dict[str, Any], seq: int, *, image_format: str = "png") -> bytes:
-    envelope = {"type": msg_type, "payload": payload, "seq": seq, "timestamp": time.time()}
-    return msgpack.packb(envelope, default=lambda o: _encode(o, image_format), use_bin_type=True)
-
-
-def unpack(data: Any, *, max_bytes: int = DEFAULT_MAX_MESSAGE_MB * 2**20) -> tuple[str, dict[str, Any], int]:
-    """(type, payload, seq) of one frame. Raises WireFormatError for anything the protocol does not allow."""
-    if isinstance(data, str):
-        raise WireFormatError("expected a binary msgpack frame, got text")
-    if len(data) > max_bytes:
-        raise WireFormatError(f"frame of {len(data)} bytes is over the {max_bytes} byte limit")
-    try:
-        raw = msgpack.unpackb(data, object_hook=_object_hook, raw=False, strict_map_key=True,
-                              max_bin_len=max_bytes, max_str_len=max_bytes)
-    except WireFormatError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - msgpack's many error types
-        raise WireFormatError(f"not msgpack: {exc}") from None
-    if not isinstance(raw, dict) or any(k not in raw for k in ("type", "payload", "seq", "timestamp")):
-        raise WireFormatError("a message is a map with type, payload, seq and timestamp")
-    if raw["type"] not in MESSAGE_TYPES or not isinstance(raw["payload"], dict) or type(raw["seq"]) is not int:
-        raise WireFormatError(f"bad envelope (type {raw['type']!r}, payload {type(raw['payload']).__name__})")
-    return raw["type"], raw["payload"], raw["seq"]
 
 
 # ===================================================================== observation shapes
