@@ -234,11 +234,12 @@ def _build(doc: dict[str, Any], where: str) -> Experiment:
     from evalfleet.experiment.validation import validate_types
 
     try:
-        exp = Experiment.model_validate({**top, "runs": runs, "shared": shared})
+        merged = {**top, "runs": runs, "shared": shared}
+        exp = Experiment.model_validate(merged)
         for name, run in exp.runs.items():
             validate_types(run, where, f"runs.{name}")
     except ValidationError as exc:
-        raise _point_at_shared(_validation_error(exc, where, Experiment), doc) from None
+        raise _point_at_shared(_validation_error(exc, where, Experiment, document=merged), doc) from None
     except UserError as exc:
         raise _point_at_shared(exc, doc) from None
     return exp
@@ -281,7 +282,8 @@ def _check_shared(shared: dict[str, Any], where: str) -> None:
         try:
             VariationSpec.model_validate(spec)
         except ValidationError as exc:
-            raise _validation_error(exc, where, VariationSpec, prefix=("shared", "variations", name)) from None
+            raise _validation_error(exc, where, VariationSpec, prefix=("shared", "variations", name),
+                                    document=spec) from None
 
 
 def _unknown_key_message(key: str, valid: Iterable[str]) -> str:
@@ -291,17 +293,21 @@ def _unknown_key_message(key: str, valid: Iterable[str]) -> str:
     return f"unknown key {key!r}; {hint}"
 
 
-def _validation_error(exc: ValidationError, where: str, model: type[BaseModel], prefix: tuple[Any, ...] = ()) -> UserError:
-    err = exc.errors()[0]
+def _validation_error(exc: ValidationError, where: str, model: type[BaseModel], prefix: tuple[Any, ...] = (),
+                      document: Any = None) -> UserError:
+    """The UserError of pydantic's first error; `document` is the input validated (for the key path)."""
+    from evalfleet.experiment.key_paths import key_path, union_message
+
+    errors = exc.errors()
+    err = errors[0]
     loc = prefix + tuple(err["loc"])
-    # Drop pydantic's union-branch and "[key]" markers from the key path.
-    parts = [str(p) for p in loc if not (isinstance(p, str) and (p.startswith("function-") or p in ("list[float]", "float", "constrained-float", "list[constrained-float]")))]
-    key = ".".join(parts)
+    key = key_path(tuple(err["loc"]), document, ".".join(map(str, prefix))) if document is not None else key_path(loc)
     if err["type"] == "extra_forbidden":
         parent = _model_at(model, loc[len(prefix):-1])
         valid = list(parent.model_fields) if parent else []
         return UserError(_unknown_key_message(str(loc[-1]), valid), where=where, key=key)
-    msg = err["msg"].removeprefix("Value error, ")
+    msg = union_message(errors, document).removeprefix("Value error, ") if document is not None else err["msg"]
+    msg = msg.removeprefix("Value error, ")
     if err["type"] == "missing":
         msg = "required key is missing"
     elif "input" in err and err["type"] not in ("value_error",) and not isinstance(err["input"], dict):

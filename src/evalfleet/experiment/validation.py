@@ -13,6 +13,7 @@ from typing import Any, Iterable
 from pydantic import BaseModel, ValidationError
 
 from evalfleet.errors import UserError
+from evalfleet.experiment.key_paths import key_path, union_message
 from evalfleet.experiment.schema import Run
 from evalfleet.secrets import mask_url, shown_input
 
@@ -43,8 +44,9 @@ def _validate_options(model: type[BaseModel], options: dict[str, Any], where: st
     try:
         model.model_validate(options)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
+        errors = exc.errors()
+        err = errors[0]
+        loc = key_path(tuple(err["loc"]), options)
         if err["type"] == "extra_forbidden":
             close = difflib.get_close_matches(str(err["loc"][-1]), list(model.model_fields), n=3, cutoff=0.5)
             hint = f"did you mean {', '.join(close)}?" if close else f"valid keys: {', '.join(model.model_fields)}"
@@ -52,7 +54,7 @@ def _validate_options(model: type[BaseModel], options: dict[str, Any], where: st
         elif err["type"] == "missing":
             msg = "required key is missing"
         else:
-            msg = err["msg"].removeprefix("Value error, ")
+            msg = union_message(errors, options).removeprefix("Value error, ")
             if repr(err.get("input")) not in msg:
                 msg += f" (got {shown_input(loc, err.get('input'))})"
             msg = mask_url(msg)

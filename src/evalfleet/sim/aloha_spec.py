@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evalfleet.sim.base import ENVIRONMENTS, EnvironmentInfo, VariationInfo
+from evalfleet.sim.spec_checks import ImageSize, Int, image_hw
 
 TASKS = ("insertion", "transfer_cube")
 INSTRUCTIONS = {
@@ -37,19 +38,12 @@ class AlohaOptions(BaseModel):
     obs_type: Literal["state", "pixels_agent_pos", "pixels"] = "state"
     cameras: list[Literal[CAMERAS]] | None = Field(  # type: ignore[valid-type]
         default=None, description="default: [top] for pixel observations, none for state")
-    image_size: int | tuple[int, int] = Field(default=(480, 640), description="pixels, or [height, width]")
+    image_size: ImageSize = Field(default=(480, 640), description="pixels, or [height, width]")
     render_quality: Literal["fast", "default"] = Field(
         default="default", description="default: the model's own visuals, as gym-aloha (and policies trained on it) saw")
-    max_steps: int = Field(default=MAX_STEPS, gt=0, le=10_000)
+    max_steps: Int = Field(default=MAX_STEPS, gt=0, le=10_000)
     actions: Literal["native", "normalized"] = "native"
     instruction: str | None = None
-
-    @field_validator("image_size")
-    @classmethod
-    def positive_size(cls, v: int | tuple[int, int]) -> int | tuple[int, int]:
-        if min(v if isinstance(v, tuple) else (v,)) < 8:
-            raise ValueError("image_size must be at least 8 pixels")
-        return v
 
     @model_validator(mode="after")
     def pixels_need_a_camera(self) -> "AlohaOptions":
@@ -63,7 +57,7 @@ class AlohaOptions(BaseModel):
         return [] if self.obs_type == "state" else ["top"]
 
     def image_hw(self) -> tuple[int, int]:
-        return (self.image_size, self.image_size) if isinstance(self.image_size, int) else tuple(self.image_size)
+        return image_hw(self.image_size)
 
 
 VARIATIONS = {

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from evalfleet.sim.base import ENVIRONMENTS, EnvironmentInfo, VariationInfo
+from evalfleet.sim.spec_checks import Int
 
 
 class SuccessOptions(BaseModel):
@@ -62,7 +63,7 @@ class GymnasiumOptions(BaseModel):
     kwargs: dict[str, Any] = Field(default_factory=dict, description="passed to gymnasium.make")
     success: SuccessOptions
     instruction: str = ""
-    max_steps: int | None = Field(default=None, gt=0, le=100_000,
+    max_steps: Int | None = Field(default=None, gt=0, le=100_000,
                                   description="default: the id's registered max_episode_steps, else 1000")
     actions: Literal["native", "normalized"] = "native"
     render: bool = Field(default=False, description="make with render_mode rgb_array; adds camera `render`")

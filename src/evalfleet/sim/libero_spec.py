@@ -11,12 +11,13 @@ when LIBERO is installed (a pure-Python read, ~0.1 s; sim/libero_tasks.py).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from evalfleet.sim.base import ENVIRONMENTS, EnvironmentInfo, VariationInfo
 from evalfleet.sim.libero_tasks import CAMERAS
+from evalfleet.sim.spec_checks import ImageSize, Int, image_hw, not_bool
 
 SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10")
 # The step limits of LIBERO's reference evaluation (openpi's examples/libero/main.py), set from the
@@ -28,13 +29,14 @@ ACTION_DIM = 7  # OSC_POSE: xyz and axis-angle deltas in [-1, 1], gripper (-1 op
 class LiberoOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     suite: Literal[SUITES] = "libero_spatial"  # type: ignore[valid-type]
-    task: int | str = Field(default=0, description="the task's index in the suite (0..9) or its name")
-    max_steps: int | None = Field(default=None, gt=0, le=10_000, description="default: the suite's limit")
-    settle_steps: int = Field(default=10, ge=0, le=1000,
+    task: Annotated[int | str, not_bool("the task's index (0..9) or its name")] = Field(
+        default=0, description="the task's index in the suite (0..9) or its name")
+    max_steps: Int | None = Field(default=None, gt=0, le=10_000, description="default: the suite's limit")
+    settle_steps: Int = Field(default=10, ge=0, le=1000,
                               description="no-op steps after the initial state so objects come to rest (not counted)")
     instruction: str | None = Field(default=None, description="default: the task's own language instruction")
     cameras: list[Literal[tuple(CAMERAS)]] = Field(default_factory=list)  # type: ignore[valid-type]
-    camera_size: int | tuple[int, int] = Field(default=128, description="pixels, or [height, width]")
+    camera_size: ImageSize = Field(default=128, description="pixels, or [height, width]")
     render_quality: Literal["fast", "default"] = "fast"
 
     @field_validator("task")
@@ -52,15 +54,8 @@ class LiberoOptions(BaseModel):
             task_index(self.suite, self.task)
         return self
 
-    @field_validator("camera_size")
-    @classmethod
-    def positive_size(cls, v: int | tuple[int, int]) -> int | tuple[int, int]:
-        if min(v if isinstance(v, tuple) else (v,)) < 8:
-            raise ValueError("camera_size must be at least 8 pixels")
-        return v
-
     def image_hw(self) -> tuple[int, int]:
-        return (self.camera_size, self.camera_size) if isinstance(self.camera_size, int) else tuple(self.camera_size)
+        return image_hw(self.camera_size)
 
     def step_limit(self) -> int:
         return self.max_steps or SUITE_MAX_STEPS[self.suite]

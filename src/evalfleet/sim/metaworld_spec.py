@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from evalfleet.sim.base import ENVIRONMENTS, EnvironmentInfo, VariationInfo
+from evalfleet.sim.spec_checks import ImageSize, Int, image_hw
 
 # Meta-World 3.1.1's v3 tasks with the instruction a language-conditioned policy receives.
 TASK_INSTRUCTIONS: dict[str, str] = {
@@ -70,7 +71,7 @@ CAMERAS = ("topview", "corner", "corner2", "corner3", "corner4", "behindGripper"
 class MetaworldOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     task: str
-    max_steps: int = Field(default=MAX_STEPS, gt=0, le=10_000)
+    max_steps: Int = Field(default=MAX_STEPS, gt=0, le=10_000)
     instruction: str | None = None  # replaces the task's built-in instruction
     # Rendering (nothing is rendered unless `cameras` lists some): every listed camera is rendered into
     # each observation as `observation/images/<camera>`; `image_camera` is also `observation/image` and
@@ -81,7 +82,7 @@ class MetaworldOptions(BaseModel):
     image_camera: str = "corner"
     wrist_camera: str = "gripperPOV"
     varied_camera: str | None = None
-    image_size: int | tuple[int, int] = Field(default=224, description="pixels, or [height, width]")
+    image_size: ImageSize = Field(default=224, description="pixels, or [height, width]")
     render_quality: Literal["fast", "default"] = "fast"
     depth: bool = False
     segmentation: bool = False
@@ -98,13 +99,6 @@ class MetaworldOptions(BaseModel):
     def known_camera(cls, v: str | None) -> str | None:
         return v if v is None else _check_camera(v)
 
-    @field_validator("image_size")
-    @classmethod
-    def positive_size(cls, v: int | tuple[int, int]) -> int | tuple[int, int]:
-        if min(v if isinstance(v, tuple) else (v,)) < 8:
-            raise ValueError("image_size must be at least 8 pixels")
-        return v
-
     @model_validator(mode="after")
     def depth_needs_camera(self) -> "MetaworldOptions":
         for flag in ("depth", "segmentation"):
@@ -113,7 +107,7 @@ class MetaworldOptions(BaseModel):
         return self
 
     def image_hw(self) -> tuple[int, int]:
-        return (self.image_size, self.image_size) if isinstance(self.image_size, int) else tuple(self.image_size)
+        return image_hw(self.image_size)
 
     @field_validator("task")
     @classmethod

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalfleet.sim.base import ENVIRONMENTS, EnvironmentInfo, VariationInfo
+from evalfleet.sim.spec_checks import Int
 
 PUSHT_ID = "gym_pusht/PushT-v0"
 MAX_STEPS = 300  # gym-pusht's registered limit (LeRobot evaluates with the same)
@@ -26,11 +27,11 @@ ACTION_LOW, ACTION_HIGH = 0.0, 512.0
 class PushTOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     obs_type: Literal["state", "pixels", "pixels_agent_pos"] = "state"
-    max_steps: int = Field(default=MAX_STEPS, gt=0, le=10_000)
+    max_steps: Int = Field(default=MAX_STEPS, gt=0, le=10_000)
     actions: Literal["native", "normalized"] = "native"
-    image_size: int = Field(default=96, ge=8, le=1024, description="side of the `top` camera image (pixels obs)")
+    image_size: Int = Field(default=96, ge=8, le=1024, description="side of the `top` camera image (pixels obs)")
     render: bool = Field(default=False, description="add camera `render`: the 680 px visualisation, every step")
-    render_size: int = Field(default=680, ge=96, le=2048)  # gym-pusht draws its action marker 0 px thick below 96
+    render_size: Int = Field(default=680, ge=96, le=2048)  # gym-pusht draws its action marker 0 px thick below 96
     instruction: str = INSTRUCTION
 
     def cameras(self) -> list[str]:

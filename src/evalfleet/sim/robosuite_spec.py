@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from evalfleet.sim.base import ENVIRONMENTS, EnvironmentInfo, VariationInfo
+from evalfleet.sim.spec_checks import ImageSize, Int, image_hw
 
 # robosuite 1.4's single-arm tasks and the instruction a language-conditioned policy receives.
 TASK_INSTRUCTIONS: dict[str, str] = {
@@ -44,11 +45,11 @@ class RobosuiteOptions(BaseModel):
     task: str = "Lift"
     robot: Literal[ROBOTS] = "Panda"  # type: ignore[valid-type]
     controller: Literal[CONTROLLERS] = Field(default="OSC_POSE", description="the arm's part controller")  # type: ignore[valid-type]
-    control_freq: int = Field(default=20, gt=0, le=500)
-    max_steps: int = Field(default=MAX_STEPS, gt=0, le=10_000)
+    control_freq: Int = Field(default=20, gt=0, le=500)
+    max_steps: Int = Field(default=MAX_STEPS, gt=0, le=10_000)
     instruction: str | None = None
     cameras: list[str] = Field(default_factory=list)
-    image_size: int | tuple[int, int] = Field(default=128, description="pixels, or [height, width]")
+    image_size: ImageSize = Field(default=128, description="pixels, or [height, width]")
     render_quality: Literal["fast", "default"] = "fast"
 
     @field_validator("task")
@@ -70,15 +71,8 @@ class RobosuiteOptions(BaseModel):
                 raise ValueError(f"unknown robosuite camera {name!r}; cameras: {', '.join(CAMERAS)}")
         return v
 
-    @field_validator("image_size")
-    @classmethod
-    def positive_size(cls, v: int | tuple[int, int]) -> int | tuple[int, int]:
-        if min(v if isinstance(v, tuple) else (v,)) < 8:
-            raise ValueError("image_size must be at least 8 pixels")
-        return v
-
     def image_hw(self) -> tuple[int, int]:
-        return (self.image_size, self.image_size) if isinstance(self.image_size, int) else tuple(self.image_size)
+        return image_hw(self.image_size)
 
 
 VARIATIONS = {

@@ -1,0 +1,57 @@
+"""Checks the environment option models (sim/*_spec.py) share, so one rule holds for every benchmark.
+
+- `Int`: an integer that is not a boolean (YAML's `true` is an int to Python, so `max_steps: true`
+  would otherwise be 1); `not_bool` does the same for a union such as LIBERO's `task: int | str`.
+- `ImageSize`: an image size, N or [height, width], each side MIN_IMAGE_SIDE..MAX_IMAGE_SIDE pixels,
+  checked when the Experiment is loaded (before anything is written), not in the runner when the
+  renderer asks for the memory.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator
+
+MIN_IMAGE_SIDE = 8
+MAX_IMAGE_SIDE = 4096  # a 4096×4096 RGB frame is 48 MiB; larger is a typo, not a camera
+
+
+def reject_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError(f"expected an integer, not a boolean (got {value!r})")  # noqa: TRY004 - pydantic reports ValueError
+    return value
+
+
+def not_bool(expected: str) -> BeforeValidator:
+    """A validator refusing a boolean where `expected` (said in the message) is, e.g. for `int | str`."""
+
+    def check(value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError(f"expected {expected}, not a boolean (got {value!r})")  # noqa: TRY004
+        return value
+
+    return BeforeValidator(check)
+
+
+Int = Annotated[int, BeforeValidator(reject_bool)]
+
+
+def check_image_size(value: Any) -> int | tuple[int, int]:
+    sides = tuple(value) if isinstance(value, (list, tuple)) else (value,)
+    if isinstance(value, (list, tuple)) and len(sides) != 2:
+        raise ValueError(f"expected pixels N or [height, width] (got {value!r})")
+    for side in sides:
+        if isinstance(side, bool) or not isinstance(side, int):
+            raise ValueError(f"expected pixels N or [height, width], whole numbers (got {value!r})")  # noqa: TRY004
+        if not MIN_IMAGE_SIDE <= side <= MAX_IMAGE_SIDE:
+            raise ValueError(f"each side must be {MIN_IMAGE_SIDE}..{MAX_IMAGE_SIDE} pixels (got {value!r})")
+    return sides if len(sides) == 2 else sides[0]
+
+
+ImageSize = Annotated[int | tuple[int, int], BeforeValidator(check_image_size)]
+
+
+def image_hw(size: int | tuple[int, int]) -> tuple[int, int]:
+    """(height, width) of an `ImageSize`."""
+    return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
