@@ -135,13 +135,18 @@ def exported(secrets: dict[str, str]) -> Iterator[None]:
 
 
 def resolve(value: str | None, env: str | None, *, key: str) -> str | None:
-    """The secret itself: given directly, or read from the variable `env` names (an error names both)."""
+    """The secret itself: given directly, or read from the variable `env` names (an error names both). A named
+    variable that is unset or empty is refused: an empty key would mean no authentication at all."""
     if value or not env:
         return value or None
-    if env not in os.environ:
-        from evalfleet.errors import UserError
+    from evalfleet.errors import UserError
 
+    env_key = f"{key}-env" if key.startswith("--") else f"{key}_env"  # a flag keeps its dashed spelling
+    if env not in os.environ:
         hint = (" (evalfleet put this Experiment's key there: resume with the original Experiment file, which "
                 "holds it)") if env.startswith(ENV_PREFIX) else ""
-        raise UserError(f"environment variable {env} is not set{hint}", where="environment", key=f"{key}_env")
+        raise UserError(f"environment variable {env} is not set{hint}", where="environment", key=env_key)
+    if not os.environ[env]:
+        raise UserError(f"environment variable {env} is empty: put the key in it (an empty key would serve or"
+                        " connect without authentication)", where="environment", key=env_key)
     return os.environ[env]

@@ -27,11 +27,16 @@ def register(subparsers: Any) -> None:
     p.add_argument("--options-json", default=None, metavar="JSON",
                    help="policy options as one JSON map (KEY=VALUE pairs are applied on top)")
     p.add_argument("--protocol", choices=("openpi", "gr00t", "vla-eval"), required=True)
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1, loopback only; any other needs a key or"
+                   " --allow-unauthenticated)")
     p.add_argument("--port", type=int, default=0, help="port (default 0: a free one, printed)")
     p.add_argument("--api-key", default=None, help=f"require this key (or set ${API_KEY_ENV})")
     p.add_argument("--api-key-env", default=None, metavar="NAME",
                    help="require the key held by environment variable NAME (keeps it off the command line)")
+    p.add_argument("--allow-unauthenticated", action="store_true",
+                   help="serve on a non-loopback --host without a key: anyone who reaches the port may use the"
+                   " policy (a warning is printed)")
     p.add_argument("--max-batch", type=int, default=1, help="largest act_batch (default 1: no batching)")
     p.add_argument("--max-wait-ms", type=float, default=0.0, help="longest a request waits for a batch to fill")
     p.add_argument("--max-message-mb", type=float, default=64.0, help="largest accepted message (default 64)")
@@ -85,6 +90,8 @@ def serve_command(args: argparse.Namespace) -> int:
     from evalfleet.serving.common import build_policy
     from evalfleet.serving.process import server_for
 
+    api_key = serve_api_key(args)  # before any import or model load: a bad key is refused at once
+    check_bind(args.host, api_key, allow_unauthenticated=args.allow_unauthenticated)
     for module in args.imports:
         try:
             importlib.import_module(module)
@@ -121,9 +128,6 @@ def serve_command(args: argparse.Namespace) -> int:
         server_extra["metadata"] = {**(getattr(policy, "metadata", None) or {}), SPEC_KEY: spec.to_mapping()}
     elif args.protocol == "vla-eval":  # the HELLO reply carries it, in vla-eval's terms too
         server_extra["spec"] = spec
-    from evalfleet.secrets import resolve
-
-    api_key = resolve(args.api_key or os.environ.get(API_KEY_ENV), args.api_key_env, key="--api-key")
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     server = server_for(
@@ -140,7 +144,7 @@ def serve_command(args: argparse.Namespace) -> int:
 
         def ready(host: str, port: int) -> None:
             print(f"serving {args.protocol} on {host}:{port}", flush=True)
-            print(json.dumps({"policy": args.policy, "options": options, "task": args.task,
+            print(json.dumps({"policy": args.policy, "options": masked(options), "task": args.task,
                               "max_batch": args.max_batch, "max_wait_ms": args.max_wait_ms,
                               "api_key": bool(api_key)}, default=str), flush=True)
 
@@ -157,6 +161,49 @@ def serve_command(args: argparse.Namespace) -> int:
             close()
     print(f"stopped serving on {args.host}:{server.bound_port}", flush=True)
     return 0
+
+
+def serve_api_key(args: argparse.Namespace) -> str | None:
+    """The key clients must send: `--api-key`, else $EVALFLEET_SERVE_API_KEY, else the variable `--api-key-env`
+    names. A key given but empty is refused: it would silently serve without authentication."""
+    from evalfleet.secrets import resolve
+
+    if args.api_key is not None:
+        if not args.api_key:
+            raise UserError("--api-key is empty: give the key, or leave the flag out", where="command line",
+                            key="--api-key")
+        return args.api_key
+    if API_KEY_ENV in os.environ:
+        if not os.environ[API_KEY_ENV]:
+            raise UserError("is set but empty: put the key in it, or unset it", where="environment",
+                            key=API_KEY_ENV)
+        return os.environ[API_KEY_ENV]
+    return resolve(None, args.api_key_env, key="--api-key")
+
+
+def check_bind(host: str, api_key: str | None, *, allow_unauthenticated: bool) -> None:
+    """A server reachable from other machines needs a key, or the explicit flag (and then says so loudly)."""
+    from evalfleet.serving.common import is_loopback
+
+    if api_key or is_loopback(host):
+        return
+    if not allow_unauthenticated:
+        raise UserError(f"--host {host} is reachable from other machines and no key is set: give --api-key-env NAME"
+                        f" (or ${API_KEY_ENV}), bind 127.0.0.1, or pass --allow-unauthenticated",
+                        where="command line", key="--host")
+    print(f"WARNING: evalfleet serve: serving on {host} WITHOUT AUTHENTICATION (--allow-unauthenticated): anyone"
+          " who can reach this port can use the policy", file=sys.stderr, flush=True)
+
+
+def masked(node: Any, key: str = "") -> Any:
+    """Options as a printed line may show them: secret-looking keys as ***, URLs without credentials."""
+    from evalfleet.secrets import mask_value
+
+    if isinstance(node, dict):
+        return {k: masked(v, str(k)) for k, v in node.items()}
+    if isinstance(node, list):
+        return [masked(v, key) for v in node]
+    return mask_value(key, node) if key else node
 
 
 def _merge(into: dict[str, Any], extra: dict[str, Any]) -> None:

@@ -42,6 +42,19 @@ class Backoff:
         return time.monotonic() < deadline
 
 
+def is_loopback(host: str) -> bool:
+    """Whether binding `host` keeps a server on this machine: 127.0.0.0/8, ::1 or localhost. Anything else (0.0.0.0,
+    a hostname, an interface address) is treated as reachable from other machines."""
+    import ipaddress
+
+    if host.strip().lower() in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 def validate_options(model: type[BaseModel], options: Any, *, key: str = "policy") -> BaseModel:
     if isinstance(options, model):
         return options
