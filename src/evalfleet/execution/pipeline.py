@@ -27,6 +27,7 @@ from evalfleet.outputs.finalize import finalize, preload
 from evalfleet.outputs.result import ExperimentResult
 from evalfleet.rollout.runner import is_decided, latest_records
 from evalfleet.secrets import exported
+from evalfleet.serving.planning import check_server_programs
 
 
 def stderr_log(line: str) -> None:
@@ -78,6 +79,8 @@ def prepare(loaded: LoadedExperiment, backend: Backend, output: str | os.PathLik
     check_shard_size(shard_size)
     require_executable(loaded.experiment.runs, loaded.path)
     backend.check()
+    if backend.name == "local":  # its policy servers start here: their programs must exist here
+        check_server_programs(loaded.experiment.runs, loaded.path)
     out = Path(output) if output is not None else default_output(loaded)
     prepare_output(out, loaded, resume=resume)
     return out

@@ -10,6 +10,7 @@ inside each server actor.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -127,13 +128,23 @@ class LocalServers:
             supervisor.launch()
             self.log(f"server {plan.id} ({plan.binding.protocol}) for {', '.join(plan.runs)} on "
                      f"{supervisor.host}:{supervisor.port}, log {log_path}")
-        for server in self.servers:
-            try:
-                server.supervisor.wait_healthy()
-            except Exception as exc:  # noqa: BLE001 - a server that cannot start is the user's to fix
-                self.stop()
-                raise UserError(f"the policy server for {', '.join(server.plan.runs)} did not become healthy: {exc}",
-                                where=str(server.supervisor.log_path)) from None
+        pending = list(self.servers)
+        deadline = time.monotonic() + max(s.supervisor.health_timeout_s for s in pending) if pending else 0.0
+        while pending:  # all at once: one that exits is reported at once, not after another's timeout
+            for server in list(pending):
+                proc = server.supervisor.process
+                try:
+                    proc.raise_if_exited()
+                    if proc.healthy(timeout_s=0.5):
+                        pending.remove(server)
+                    elif time.monotonic() >= deadline:
+                        raise proc.not_ready_error(server.supervisor.health_timeout_s)
+                except Exception as exc:  # noqa: BLE001 - a server that cannot start is the user's to fix
+                    self.stop()
+                    raise UserError(f"the policy server for {', '.join(server.plan.runs)} did not become healthy:"
+                                    f" {exc}", where=str(server.supervisor.log_path)) from None
+            if pending:
+                time.sleep(CHECK_INTERVAL_S / 5)
         for server in self.servers:
             server.supervisor.keep_alive()
 

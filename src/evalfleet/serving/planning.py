@@ -5,9 +5,12 @@ server-side settings share it and its batching)."""
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
+from evalfleet.errors import UserError
 from evalfleet.policies.base import PolicyContext
 from evalfleet.secrets import looks_secret
 from evalfleet.serving.bindings import ServerBinding, ServerUse, binding_for
@@ -69,6 +72,28 @@ def plan_server_groups(runs: dict[str, Any], sharing: str = "per_run", seed: int
     for key, group in uses.items():
         plans[key].binding.check(group)
     return list(plans.values())
+
+
+def check_server_programs(runs: dict[str, Any], where: str) -> None:
+    """For servers started on this machine (the local backend), before anything is written: the program each
+    one runs (a `python:` interpreter or venv's bin/python, `vla-eval`) must exist here and be executable."""
+    for name, run in runs.items():
+        binding = binding_for(run.policy.type)
+        options = run.policy.options()
+        if binding is None or not binding.needs_server(options):
+            continue
+        command = binding.command(options, "127.0.0.1", binding.default_port, policy_context(name, run))
+        program = command.argv[0]
+        if program == "evalfleet":  # this Python's own (serving.process.ServerProcess)
+            continue
+        found = shutil.which(program)
+        if found is None or not os.path.isfile(found):
+            own = command.argv[1:3] == ["-m", "evalfleet.cli"]
+            fix = ("set `python` to an interpreter or a venv folder (LeRobot's venv: `bash scripts/lerobot-env.sh`)"
+                   if own else f"install {program} here")
+            raise UserError(f"Run {name!r} starts its policy server with {program}, which does not exist or is not"
+                            f" an executable file here: {fix}", where=where,
+                            key=f"runs.{name}.policy.python" if own else f"runs.{name}.policy")
 
 
 def plan_servers(runs: dict[str, Any], sharing: str = "per_run", seed: int = 0) -> list[dict[str, Any]]:

@@ -29,6 +29,29 @@ from typing import Any, Callable, Sequence
 from evalfleet.errors import InfrastructureError
 
 PROTOCOLS = ("openpi", "gr00t", "vla-eval")
+LOG_TAIL_LINES = 20
+LOG_TAIL_CHARS = 2000
+
+
+def printable_tail(path: str | os.PathLike[str], *, lines: int = LOG_TAIL_LINES, max_chars: int = LOG_TAIL_CHARS,
+                   secrets: Sequence[str | None] = ()) -> str:
+    """The last `lines` lines of a log (read from its end, however big it is), at most `max_chars`, with
+    non-printable characters (escapes, bidi controls) shown as `?` and secrets masked: safe for an error message."""
+    from evalfleet.secrets import mask_text, mask_url
+
+    try:
+        with open(path, "rb") as log:
+            log.seek(0, os.SEEK_END)
+            size = log.tell()
+            log.seek(max(size - 4 * max_chars, 0))
+            raw = log.read()
+    except OSError:
+        return ""
+    decoded = raw.decode("utf-8", errors="replace").replace("\r\n", "\n")
+    text = "".join(c if c.isprintable() or c in "\n\t" else "?" for c in decoded)  # no escapes, no bidi tricks
+    text = mask_url(mask_text(text, [s for s in secrets if s and len(s) >= 4]))
+    tail = "\n".join(text.splitlines()[-lines:])
+    return tail if len(tail) <= max_chars else "..." + tail[-max_chars:]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -222,32 +245,37 @@ class ServerProcess:
             self.protocol, self.host, int(self.port or 0), api_key=self.api_key, timeout_s=timeout_s
         )
 
-    def log_tail(self, lines: int = 20) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+    def log_tail(self, lines: int = LOG_TAIL_LINES, max_chars: int = LOG_TAIL_CHARS) -> str:
+        """The end of the log as an error message may show it: the last `lines` lines, at most `max_chars`,
+        non-printable characters replaced, the server's key and URL credentials masked (whatever the server printed)."""
+        from evalfleet.secrets import looks_secret
+
+        return printable_tail(self.log_path, lines=lines, max_chars=max_chars,
+                              secrets=[self.api_key, *(v for k, v in self.env.items() if looks_secret(k))])
+
+    def raise_if_exited(self) -> None:
+        """InfrastructureError at once when the process has ended (it will never be ready), with its log's end."""
+        if self._proc is None:
+            raise InfrastructureError(f"{self.name} was never started")
+        code = self._proc.poll()
+        if code is not None:
+            raise InfrastructureError(f"{self.name} exited with code {code} before it was ready; the end of its log"
+                                      f" {self.log_path}:\n{self.log_tail()}")
+
+    def not_ready_error(self, timeout_s: float) -> InfrastructureError:
+        return InfrastructureError(f"{self.name} on {self.host}:{self.port} not healthy within {timeout_s:g} s;"
+                                   f" the end of its log {self.log_path}:\n{self.log_tail()}")
 
     def wait_healthy(self, timeout_s: float = 120.0, poll_s: float = 0.1) -> None:
+        """Until the health probe answers; an InfrastructureError as soon as the process exits, or at the deadline."""
         deadline = time.monotonic() + timeout_s
         while True:
-            if self._proc is None:
-                raise InfrastructureError(f"{self.name} was never started")
-            code = self._proc.poll()
-            if code is not None:
-                raise InfrastructureError(
-                    f"{self.name} exited with code {code} before it was healthy; log {self.log_path}:\n"
-                    f"{self.log_tail()}"
-                )
+            self.raise_if_exited()
             remaining = deadline - time.monotonic()
             if self.healthy(timeout_s=max(min(1.0, remaining), 0.05)):
                 return
             if remaining <= 0:
-                raise InfrastructureError(
-                    f"{self.name} on {self.host}:{self.port} not healthy within {timeout_s:g} s;"
-                    f" log {self.log_path}:\n{self.log_tail()}"
-                )
+                raise self.not_ready_error(timeout_s)
             time.sleep(min(poll_s, max(remaining, 0)))
 
     def stop(self, grace_s: float = 10.0) -> int | None:
