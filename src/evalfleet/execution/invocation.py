@@ -5,12 +5,12 @@ task's script): `runner_command(...)`; and the runner parses what they passed wi
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Iterable
 
 from evalfleet.errors import UserError
 from evalfleet.experiment.plan import Plan, Shard
+from evalfleet.interpreter import python_command
 
 
 def shard_arg(shard: Shard) -> str:
@@ -33,8 +33,9 @@ def runner_command(experiment: str | Path, output: str | Path, shards: Iterable[
                    claim_dir: str | Path | None = None, worker_id: str | int | None = None,
                    python: str | None = None) -> list[str]:
     """argv of one runner: the experiment file, the output folder, the shards (none: every shard) and,
-    for workers sharing a list, where they claim shards."""
-    cmd = [python or sys.executable, "-m", "evalfleet.cli", "runner", str(experiment), "--output", str(output)]
+    for workers sharing a list, where they claim shards. The runner's Python never has the current
+    folder on `sys.path` (`interpreter.python_command`)."""
+    cmd = [*python_command(python), "-m", "evalfleet.cli", "runner", str(experiment), "--output", str(output)]
     if claim_dir is not None:
         cmd += ["--claim-dir", str(claim_dir), "--worker-id", str(worker_id if worker_id is not None else 0)]
     for shard in shards:

@@ -116,15 +116,16 @@ def _execute(loaded: LoadedExperiment, out: Path, backend: Backend, *, shard_siz
 
 
 def spec_mismatch(out: Path, run: str) -> str | None:
-    """The reason a runner refused this Run before its first episode (see worker.report_spec_mismatches)."""
-    from evalfleet.execution.worker import SPEC_MISMATCH
+    """The reason a runner refused this Run before its first episode (see worker.report_spec_mismatches):
+    its policy does not fit its environment, or its environment cannot be built from its options."""
+    from evalfleet.execution.worker import REFUSED_RUNS
 
     try:
         status = json.loads((out / run / STATUS_FILE).read_text())
     except (OSError, ValueError):
         return None
-    if isinstance(status, dict) and status.get("failed_because") == SPEC_MISMATCH:
-        return str(status.get("reason") or SPEC_MISMATCH)
+    if isinstance(status, dict) and status.get("failed_because") in REFUSED_RUNS:
+        return str(status.get("reason") or status["failed_because"])
     return None
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from evalfleet.errors import UserError
+from evalfleet.interpreter import drop_working_folder, python_command
 from evalfleet.process_exit import exit_now
 
 FRESH_RUNNERS_ENV = "EVALFLEET_FRESH_RUNNERS"
@@ -59,11 +60,13 @@ def can_fork() -> bool:
 
 def runner_argv(cmd: Sequence[str]) -> list[str] | None:
     """The `evalfleet` arguments of a runner command this process could run itself (same interpreter,
-    `-m evalfleet.cli`), else None."""
+    `-m evalfleet.cli`, with or without `-P`: the child drops the working folder from `sys.path` itself),
+    else None."""
     cmd = list(cmd)
-    if len(cmd) < 4 or cmd[0] != sys.executable or cmd[1:3] != ["-m", RUNNER_MODULE] or cmd[3] != "runner":
+    start = len(python_command()) if cmd[:len(python_command())] == python_command() else 1  # with -P or not
+    if cmd[:1] != [sys.executable] or cmd[start:start + 3] != ["-m", RUNNER_MODULE, "runner"]:
         return None
-    return cmd[3:]
+    return cmd[start + 2:]
 
 
 class ForkedProcess:
@@ -179,6 +182,7 @@ def _wait_and_run(read_end: int, log_path: Path, main: EvalfleetMain, inherited_
         if not data:  # discarded, or the parent went away
             os._exit(0)
         message = json.loads(data)
+        drop_working_folder()  # as `-P` would: the folder `python -m evalfleet.cli run` ran in (before chdir)
         _redirect(log_path)
         os.environ.clear()
         os.environ.update(message["env"])

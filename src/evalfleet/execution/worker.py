@@ -17,21 +17,30 @@ from evalfleet.execution.output_dir import write_run_status
 from evalfleet.experiment.loading import load_experiment
 from evalfleet.experiment.plan import Shard, make_plan
 from evalfleet.experiment.validation import require_executable
+from evalfleet.interpreter import drop_working_folder
 from evalfleet.rollout.heartbeat import HEARTBEAT_ENV, HeartbeatWriter
 from evalfleet.rollout.runner import run_shards
 
 EXIT_STOPPED = 143
 SPEC_MISMATCH = "spec_mismatch"
+ENVIRONMENT_ERROR = "environment_error"
+REFUSED_RUNS = (SPEC_MISMATCH, ENVIRONMENT_ERROR)  # `failed_because` of a Run that ran no episode, once
 
 
 def report_spec_mismatches(out: Path, outcomes: list[Any]) -> None:
-    """A Run whose policy does not fit its environment ran no episode: say so in its run_status.json
-    (`failed_because: spec_mismatch`, the one-line reason), which `pipeline.finish_runs` keeps. The
-    worker itself still exits 0: restarting it would only fail the same check again."""
+    """A Run whose policy does not fit its environment, or whose environment its options cannot build, ran
+    no episode: say so in its run_status.json (`failed_because: spec_mismatch` | `environment_error`, the
+    one-line reason), which `pipeline.finish_runs` keeps. The worker itself still exits 0: restarting it
+    would only fail the same way again."""
     for run in dict.fromkeys(o.run for o in outcomes if o.spec_mismatch):
         line = next(o.spec_mismatch for o in outcomes if o.run == run and o.spec_mismatch)
         print(f"evalfleet runner: {line}", file=sys.stderr, flush=True)
         write_run_status(out, run, state="failed", failed_because=SPEC_MISMATCH, reason=f"{SPEC_MISMATCH}: {line}")
+    for run in dict.fromkeys(o.run for o in outcomes if o.environment_error):
+        line = next(o.environment_error for o in outcomes if o.run == run and o.environment_error)
+        print(f"evalfleet runner: {line}", file=sys.stderr, flush=True)
+        write_run_status(out, run, state="failed", failed_because=ENVIRONMENT_ERROR,
+                         reason=f"{ENVIRONMENT_ERROR}: {line}")
 
 
 def _stop_when_orphaned(stop: threading.Event) -> None:
@@ -51,6 +60,7 @@ def run_worker(experiment: str, output: str | Path, *, overrides: list[str] = ()
                runs: list[str] = (), heartbeat: str | None = None, claim_dir: str | None = None,
                worker_id: str = "0") -> int:
     """Run the given shards (RUN:START:STOP), every shard of `runs`, or every shard; 0 done, 143 stopped."""
+    drop_working_folder()  # what an Experiment's `import:` names comes from installed modules, never from here
     loaded = load_experiment(experiment, list(overrides))
     require_executable(loaded.experiment.runs, experiment)
     plan = make_plan(loaded, workers=1)

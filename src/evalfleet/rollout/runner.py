@@ -10,7 +10,9 @@ are. Exceptions in env or policy, and episodes over their wall-clock deadline, a
 Before a Run's first episode, once its envs and policy exist (a remote policy has connected, so its
 server's declaration is known), what the policy declares is checked against what the environment
 provides (`policies.base.check_spec`); a mismatch raises SpecMismatchError, and `run_shards` runs
-none of that Run's episodes and reports it in `ShardOutcome.spec_mismatch`.
+none of that Run's episodes and reports it in `ShardOutcome.spec_mismatch`. An environment its options
+cannot build (`sim.spec_checks.EnvironmentOptionsError`: an unknown Gymnasium id, bad kwargs) is handled
+the same way, in `ShardOutcome.environment_error`.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class ShardOutcome:
     steps: int = 0
     stopped: bool = False
     spec_mismatch: str | None = None  # the Run did not start: its policy does not fit its environment
+    environment_error: str | None = None  # the Run did not start: its environment cannot be built from its options
 
 
 @dataclass
@@ -375,10 +378,12 @@ def run_shards(
     """Run shards in order, reusing one env/policy set per Run (the common worker loop); the sets of the
     `keep_runners` most recently used Runs stay open, older ones are closed."""
     from evalfleet.policies.base import SpecMismatchError
+    from evalfleet.sim.spec_checks import EnvironmentOptionsError
 
     outcomes = []
     runners: dict[str, ShardRunner] = {}  # least recently used first
     refused: dict[str, str] = {}  # Run -> why its policy does not fit its environment
+    unbuildable: dict[str, str] = {}  # Run -> why its environment cannot be built from its options
     stop: threading.Event | None = kwargs.get("stop")
     try:
         for shard in shards:
@@ -386,6 +391,9 @@ def run_shards(
                 break
             if shard.run in refused:
                 outcomes.append(ShardOutcome(shard.run, shard.id, spec_mismatch=refused[shard.run]))
+                continue
+            if shard.run in unbuildable:
+                outcomes.append(ShardOutcome(shard.run, shard.id, environment_error=unbuildable[shard.run]))
                 continue
             runner = runners.pop(shard.run, None)
             if runner is None:
@@ -399,6 +407,10 @@ def run_shards(
                 refused[shard.run] = exc.line()
                 runners.pop(shard.run).close()
                 outcomes.append(ShardOutcome(shard.run, shard.id, spec_mismatch=refused[shard.run]))
+            except EnvironmentOptionsError as exc:  # the Experiment's fault: retrying would fail the same way
+                unbuildable[shard.run] = f"Run {shard.run!r}: {exc.line()}"
+                runners.pop(shard.run).close()
+                outcomes.append(ShardOutcome(shard.run, shard.id, environment_error=unbuildable[shard.run]))
     finally:
         for runner in runners.values():
             runner.close()

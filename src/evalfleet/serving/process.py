@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from evalfleet.errors import InfrastructureError
+from evalfleet.interpreter import python_command
 
 PROTOCOLS = ("openpi", "gr00t", "vla-eval")
 LOG_TAIL_LINES = 20
@@ -209,8 +210,8 @@ class ServerProcess:
 
     def argv(self) -> list[str]:
         argv = [a.replace("{host}", self.host).replace("{port}", str(self.port)) for a in self.argv_template]
-        if argv and argv[0] == "evalfleet":
-            argv = [sys.executable, "-m", "evalfleet.cli", *argv[1:]]
+        if argv and argv[0] == "evalfleet":  # never with the current folder on its sys.path
+            argv = [*python_command(), "-m", "evalfleet.cli", *argv[1:]]
         return argv
 
     def start(self) -> "ServerProcess":

@@ -4,19 +4,24 @@
                   success: {terminated: true} | {info_key: is_success} | {reward_at_least: 1.0},
                   instruction: "...", max_steps: 500, actions: native | normalized, render: false}
 
-Light on purpose: loading an Experiment only checks that the `import` module is installed (without
-importing it); the adapter (sim/gymnasium_env.py) imports it, and Gymnasium, on first use.
+Light on purpose, and no code runs at load: loading an Experiment checks only the spelling of `import`
+(a dotted module name) and `id` (`[namespace/]Name[-vN]`), never whether or what they import. Only
+the runner imports `import`, exactly as named, then Gymnasium makes `id`; the runner's Python never
+has the current folder on `sys.path`, so `import` names an installed module (or one on an explicit
+PYTHONPATH), never a folder that happens to sit where the command ran. Gymnasium's own
+`module:Name` form of an id (it imports `module`) is refused: write `import: module` and `id: Name`.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import keyword
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from evalfleet.sim.base import ENVIRONMENTS, EnvironmentInfo, VariationInfo
-from evalfleet.sim.spec_checks import Int
+from evalfleet.sim.spec_checks import EnvironmentOptionsError, Int
 
 
 class SuccessOptions(BaseModel):
@@ -41,18 +46,29 @@ class SuccessOptions(BaseModel):
         return SuccessRule(self.info_key, self.reward_at_least, bool(self.terminated))
 
 
-def check_importable(module: str | None) -> str | None:
-    """The module is installed (found on the path); it is not imported here."""
+MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+# Gymnasium's id grammar (`gymnasium.envs.registration`), less its `module:` prefix.
+GYM_ID = re.compile(r"([\w.-]+/)?[\w.-]+")
+
+
+def check_module_name(module: str | None) -> str | None:
+    """A dotted module name (`gym_pusht`, `my_pkg.envs`); checked by spelling only: nothing is imported
+    or searched for here (finding a dotted name would import its parent package)."""
     if module is None:
         return module
-    try:
-        found = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        found = None
-    if found is None:
-        raise ValueError(f"module {module!r} is not installed here; install the package that provides it "
-                         "(it must register the environment id when imported)")
+    if not MODULE_NAME.fullmatch(module) or any(keyword.iskeyword(part) for part in module.split(".")):
+        raise ValueError(f"`import` must be a dotted module name such as gym_pusht or my_pkg.envs (got {module!r})")
     return module
+
+
+def check_gym_id(env_id: str) -> str:
+    if ":" in env_id:
+        module, _, name = env_id.rpartition(":")
+        raise ValueError(f"an id of the form module:Name makes Gymnasium import a module; write "
+                         f"`import: {module}` and `id: {name}` instead (got {env_id!r})")
+    if not GYM_ID.fullmatch(env_id):
+        raise ValueError(f"not a Gymnasium id: expected [namespace/]Name[-vN], e.g. CartPole-v1 (got {env_id!r})")
+    return env_id
 
 
 class GymnasiumOptions(BaseModel):
@@ -70,8 +86,13 @@ class GymnasiumOptions(BaseModel):
 
     @field_validator("import_module")
     @classmethod
-    def installed(cls, v: str | None) -> str | None:
-        return check_importable(v)
+    def module_name(cls, v: str | None) -> str | None:
+        return check_module_name(v)
+
+    @field_validator("id")
+    @classmethod
+    def gym_id(cls, v: str) -> str:
+        return check_gym_id(v)
 
 
 NOISE_VARIATIONS = {
@@ -100,14 +121,25 @@ def _make_gymnasium(options: Any, builder: dict[str, Any]) -> Any:
 
         import gymnasium
 
-        if opts.import_module:
-            importlib.import_module(opts.import_module)
+        if opts.import_module:  # exactly the module named, from sys.path without the current folder
+            try:
+                importlib.import_module(opts.import_module)
+            except ImportError as exc:
+                raise EnvironmentOptionsError(
+                    f"import {opts.import_module!r} failed ({type(exc).__name__}: {exc}); install the package "
+                    "that provides it (the folder evalfleet runs in is not searched: see docs/environments.md)",
+                    key="environment.import") from None
         kwargs = dict(opts.kwargs)
         if opts.render:
             kwargs["render_mode"] = "rgb_array"
         if opts.max_steps is not None:
             kwargs["max_episode_steps"] = opts.max_steps
-        return gymnasium.make(opts.id, **kwargs)
+        try:
+            return gymnasium.make(opts.id, **kwargs)
+        except (gymnasium.error.Error, TypeError) as exc:  # an unknown id, kwargs the env does not take
+            raise EnvironmentOptionsError(f"gymnasium.make({opts.id!r}) failed: {type(exc).__name__}: {exc}",
+                                          key="environment.id" if isinstance(exc, gymnasium.error.Error)
+                                          else "environment.kwargs") from None
 
     from evalfleet.sim.gymnasium_env import GymnasiumAdapter
 

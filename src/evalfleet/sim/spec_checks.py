@@ -5,6 +5,7 @@
 - `ImageSize`: an image size, N or [height, width], each side MIN_IMAGE_SIDE..MAX_IMAGE_SIDE pixels,
   checked when the Experiment is loaded (before anything is written), not in the runner when the
   renderer asks for the memory.
+- `EnvironmentOptionsError`: what options decide but only the runner can find out (an unknown id).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator
+
+from evalfleet.errors import UserError
 
 MIN_IMAGE_SIDE = 8
 MAX_IMAGE_SIDE = 4096  # a 4096×4096 RGB frame is 48 MiB; larger is a typo, not a camera
@@ -55,3 +58,11 @@ ImageSize = Annotated[int | tuple[int, int], BeforeValidator(check_image_size)]
 def image_hw(size: int | tuple[int, int]) -> tuple[int, int]:
     """(height, width) of an `ImageSize`."""
     return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+
+
+class EnvironmentOptionsError(UserError):
+    """The Run's environment cannot be built from its options (an unknown Gymnasium id, kwargs the env does
+    not take, an `import` module that is not installed): the Experiment's fault, not the machine's. An
+    adapter raises it while building the env; `rollout.runner.run_shards` then runs none of that Run's
+    episodes and the worker records the Run as failed (`failed_because: environment_error`), once,
+    instead of a crashed runner being restarted to fail the same way."""
