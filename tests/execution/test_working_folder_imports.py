@@ -122,3 +122,15 @@ def test_a_runner_forked_from_python_dash_m_drops_the_working_folder(work: Path)
     explicit = subprocess.run([sys.executable, "-c", code], cwd=work, capture_output=True, text=True, timeout=60,
                               env={**os.environ, "PYTHONPATH": str(work)})
     assert explicit.stdout.strip() == "False", explicit.stderr  # named on purpose: kept
+
+
+def test_the_gl_probe_never_imports_from_the_working_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """sim/rendering.py decides the GL backend in a `python -c` child: `-c` alone would put the working
+    folder first on its sys.path, and a ./mujoco.py there would run."""
+    from evalfleet.sim.rendering import _probe
+
+    marker = tmp_path / "MARKER"
+    (tmp_path / "mujoco.py").write_text(f"open({str(marker)!r}, 'w').write('imported')\nraise SystemExit(3)\n")
+    monkeypatch.chdir(tmp_path)
+    _probe("egl")  # whether EGL works here does not matter
+    assert not marker.exists()

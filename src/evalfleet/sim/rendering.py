@@ -25,11 +25,12 @@ import atexit
 import importlib
 import os
 import subprocess
-import sys
 import weakref
 from typing import Any, Callable, Literal
 
 import numpy as np
+
+from evalfleet.interpreter import python_command
 
 Quality = Literal["fast", "default"]
 BACKENDS = ("egl", "osmesa")
@@ -65,7 +66,9 @@ def _probe(backend: str) -> tuple[bool, str]:
     env = dict(os.environ, MUJOCO_GL=backend, PYOPENGL_PLATFORM=backend)
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", _PROBE.format(backend=backend)], env=env, capture_output=True, text=True, timeout=120
+            # -P: `-c` would put the working folder first on sys.path (a ./mujoco.py there would run)
+            [*python_command(), "-c", _PROBE.format(backend=backend)], env=env, capture_output=True, text=True,
+            timeout=120,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return False, str(exc)
