@@ -164,7 +164,7 @@ def _runs(n: int, served_every: int = 0) -> dict[str, Any]:
         run: dict[str, Any] = {"environment": {"type": "metaworld", "task": "push-v3"},
                                "rollout_limit": {"num_episodes": 100}, "policy": {"type": "metaworld_expert"}}
         if served_every and i % served_every == 0:
-            run["policy"] = {"type": "openpi_remote", "serve": {"type": "metaworld_expert"}}
+            run["policy"] = {"type": "openpi_remote", "serve": {"type": "metaworld_expert"}, "allow_unauthenticated": True}
         runs[f"run_{i:02d}"] = run
     return runs
 
@@ -235,7 +235,7 @@ def test_submit_list_overrides():
 def test_server_requirement_is_checked_after_run_overrides(write_experiment):
     served = {"environment": {"type": "metaworld", "task": "push-v3"}, "rollout_limit": {"num_episodes": 2},
               "policy": {"type": "openpi_remote", "serve": {"type": "metaworld_expert"},
-                         "server_resources": {"gpus": 2, "memory_gb": 8}}}
+                         "server_resources": {"gpus": 2, "memory_gb": 8}, "allow_unauthenticated": True}}
     path = write_experiment({"served": served})
     with pytest.raises(UserError, match="2 GPU") as err:
         render(path, "osmo.gpus=1")

@@ -131,7 +131,8 @@ def test_shell_metacharacters_cannot_inject(tmp_path, write_experiment):
     runs = {"push": {"environment": {"type": "metaworld", "task": "push-v3"}, "rollout_limit": {"num_episodes": 2},
                      "policy": {"type": "metaworld_expert"}},
             "served": {"environment": {"type": "metaworld", "task": "push-v3"}, "rollout_limit": {"num_episodes": 2},
-                       "policy": {"type": "openpi_remote", "serve": {"type": "metaworld_expert"}}}}
+                       "policy": {"type": "openpi_remote", "serve": {"type": "metaworld_expert"},
+                                  "allow_unauthenticated": True}}}
     path = write_experiment(runs)
     loaded = load_experiment(path, [f"runs.push.policy_name={EVIL}", f"runs.push.task={EVIL}",
                                     f"runs.served.policy.serve.note={EVIL}",
@@ -233,7 +234,7 @@ def test_rendered_server_and_runner_tasks_of_a_served_run_work_together(tmp_path
 
     path = write_experiment({"push_served": {
         "environment": {"type": "metaworld", "task": "push-v3"}, "rollout_limit": {"num_episodes": 2},
-        "policy": {"type": "openpi_remote", "serve": {"type": "metaworld_expert"}}}})
+        "policy": {"type": "openpi_remote", "serve": {"type": "metaworld_expert"}, "allow_unauthenticated": True}}})
     [wf] = render_workflows(load_experiment(path, ["osmo.gpus=0"]))
     runner, server = wf.spec["workflow"]["groups"][0]["tasks"]
     port = str(free_port("127.0.0.1"))

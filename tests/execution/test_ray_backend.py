@@ -247,6 +247,7 @@ class TestLocalInstance:
         exp.write_text(yaml.safe_dump({"name": "served", "seed": 0, "runs": {"reach_served": {
             "environment": {"type": "metaworld", "task": "reach-v3"},
             "policy": {"type": "openpi_remote", "serve": {"type": "test_slow_expert", "delay_s": 0.02},
+                       "allow_unauthenticated": True,
                        "request_timeout_s": 10},
             "rollout_limit": {"num_episodes": 6},
             "max_attempts": 5,
@@ -306,7 +307,8 @@ class TestLocalInstance:
         third with other server settings gets its own, placed once the first group is gone (2 CPUs fit one)."""
         exp = tmp_path / "shared.yaml"
         run = {"environment": {"type": "metaworld", "task": "reach-v3"},
-               "policy": {"type": "openpi_remote", "serve": {"type": "metaworld_expert"}},
+               "policy": {"type": "openpi_remote", "serve": {"type": "metaworld_expert"},
+                          "allow_unauthenticated": True},
                "rollout_limit": {"num_episodes": 2}}
         exp.write_text(yaml.safe_dump({"name": "shared", "seed": 0, "server_sharing": "per_policy",
                                        "runs": {"reach_a": run, "reach_b": {**run, "policy_name": "b"},

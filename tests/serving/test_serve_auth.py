@@ -100,3 +100,34 @@ def test_a_numeric_key_is_not_echoed_by_validation():
 def test_loopback_addresses():
     assert all(map(is_loopback, ["127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost"]))
     assert not any(map(is_loopback, ["0.0.0.0", "", "::", "10.0.0.2", "gpu-box", "*"]))
+
+
+def test_servers_evalfleet_starts_on_a_non_loopback_address_need_a_key_or_the_explicit_option():
+    from evalfleet.errors import UserError
+    from evalfleet.serving.bindings import binding_for
+
+    for policy_type in ("openpi_remote", "gr00t_remote", "vlaeval_remote"):
+        binding = binding_for(policy_type)
+        served = {"serve": {"type": "zero"}}
+        assert "--allow-unauthenticated" not in binding.command(served, "127.0.0.1", 1).argv  # loopback
+        with pytest.raises(UserError, match="allow_unauthenticated: true"):
+            binding.command(served, "0.0.0.0", 1)
+        argv = binding.command({**served, "allow_unauthenticated": True}, "0.0.0.0", 1).argv
+        assert "--allow-unauthenticated" in argv
+        argv = binding.command({**served, "api_key_env": "K"}, "0.0.0.0", 1).argv
+        assert "--api-key-env" in argv and "--allow-unauthenticated" not in argv
+
+
+def test_a_ray_run_of_a_served_policy_without_a_key_is_refused_before_the_output_folder(tmp_path):
+    import yaml
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
+    from evalfleet_testkit import run_evalfleet
+
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(yaml.safe_dump({"name": "ray_served", "seed": 0, "runs": {"served": {
+        "environment": {"type": "pusht", "obs_type": "state", "actions": "normalized", "max_steps": 2},
+        "policy": {"type": "openpi_remote", "serve": {"type": "zero"}}, "rollout_limit": {"num_episodes": 1}}}}))
+    done = run_evalfleet("run", str(exp), "--backend", "ray", "--output", str(tmp_path / "out"))
+    assert done.returncode == 2 and "runs.served.policy.api_key_env" in done.stderr, done.stderr
+    assert "allow_unauthenticated" in done.stderr and not (tmp_path / "out").exists()

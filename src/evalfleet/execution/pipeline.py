@@ -27,7 +27,7 @@ from evalfleet.outputs.finalize import finalize, preload
 from evalfleet.outputs.result import ExperimentResult
 from evalfleet.rollout.runner import is_decided, latest_records
 from evalfleet.secrets import exported
-from evalfleet.serving.planning import check_server_programs
+from evalfleet.serving.planning import check_server_programs, server_commands
 
 
 def stderr_log(line: str) -> None:
@@ -81,6 +81,8 @@ def prepare(loaded: LoadedExperiment, backend: Backend, output: str | os.PathLik
     backend.check()
     if backend.name == "local":  # its policy servers start here: their programs must exist here
         check_server_programs(loaded.experiment.runs, loaded.path)
+    elif backend.name == "ray":  # its servers bind the node's address: a key, or allow_unauthenticated
+        server_commands(loaded.experiment.runs, loaded.path, host="0.0.0.0")
     out = Path(output) if output is not None else default_output(loaded)
     prepare_output(out, loaded, resume=resume)
     return out

@@ -48,6 +48,7 @@ from typing import Any, Callable
 
 from evalfleet.errors import UserError
 from evalfleet.registry import Registry
+from evalfleet.serving.common import is_loopback
 
 
 @dataclass(frozen=True)
@@ -226,6 +227,12 @@ def _evalfleet_serve(protocol: str) -> Callable[[dict[str, Any], str, int, Any],
             env["EVALFLEET_SERVE_API_KEY"] = str(options["api_key"])  # not on the command line (ps)
         elif options.get("api_key_env"):  # the server reads the key where it runs; no value in any command
             argv += ["--api-key-env", str(options["api_key_env"])]
+        elif not is_loopback(host):  # reachable from other machines (a cluster backend's server task)
+            if options.get("allow_unauthenticated") is not True:
+                raise UserError(f"this policy's server binds {host} (reachable from other machines) and no key is"
+                                " set: give api_key_env: VARIABLE (the environment variable holding the key), or"
+                                " allow_unauthenticated: true", key="policy.api_key_env")
+            argv.append("--allow-unauthenticated")
         return ServerCommand(argv=argv, env=env, image=options.get("image"))
 
     return build
@@ -240,6 +247,7 @@ def _evalfleet_server_options(options: dict[str, Any]) -> dict[str, Any]:
         "max_message_mb": options.get("max_message_mb"),
         "python": options.get("python"),
         "image": options.get("image"),
+        "allow_unauthenticated": options.get("allow_unauthenticated"),
     }
 
 

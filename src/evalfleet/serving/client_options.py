@@ -57,6 +57,9 @@ class RemoteClientOptions(BaseModel):
     # container image a cluster backend (OSMO) runs the server in.
     python: str | None = None
     image: str | None = None
+    # A server evalfleet starts on a non-loopback address (OSMO, Ray) without api_key/api_key_env is refused
+    # unless this says so: anyone who reaches its port may then use the policy.
+    allow_unauthenticated: bool = False
 
     @field_validator("host")
     @classmethod

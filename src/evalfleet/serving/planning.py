@@ -13,7 +13,7 @@ from typing import Any
 from evalfleet.errors import UserError
 from evalfleet.policies.base import PolicyContext
 from evalfleet.secrets import looks_secret
-from evalfleet.serving.bindings import ServerBinding, ServerUse, binding_for
+from evalfleet.serving.bindings import ServerBinding, ServerCommand, ServerUse, binding_for
 
 DEFAULT_ACTION_DIM = 4
 
@@ -74,15 +74,27 @@ def plan_server_groups(runs: dict[str, Any], sharing: str = "per_run", seed: int
     return list(plans.values())
 
 
-def check_server_programs(runs: dict[str, Any], where: str) -> None:
-    """For servers started on this machine (the local backend), before anything is written: the program each
-    one runs (a `python:` interpreter or venv's bin/python, `vla-eval`) must exist here and be executable."""
+def server_commands(runs: dict[str, Any], where: str, host: str = "127.0.0.1") -> list[tuple[str, ServerCommand]]:
+    """(Run, the command its server runs when bound to `host`) for every served Run; a binding's refusal (e.g.
+    a non-loopback host without a key) names the Run."""
+    commands = []
     for name, run in runs.items():
         binding = binding_for(run.policy.type)
         options = run.policy.options()
         if binding is None or not binding.needs_server(options):
             continue
-        command = binding.command(options, "127.0.0.1", binding.default_port, policy_context(name, run))
+        try:
+            commands.append((name, binding.command(options, host, binding.default_port, policy_context(name, run))))
+        except UserError as exc:
+            raise UserError(f"Run {name!r}: {exc.message}", where=where,
+                            key=f"runs.{name}.{exc.key}" if exc.key else f"runs.{name}.policy") from None
+    return commands
+
+
+def check_server_programs(runs: dict[str, Any], where: str) -> None:
+    """For servers started on this machine (the local backend), before anything is written: the program each
+    one runs (a `python:` interpreter or venv's bin/python, `vla-eval`) must exist here and be executable."""
+    for name, command in server_commands(runs, where):
         program = command.argv[0]
         if program == "evalfleet":  # this Python's own (serving.process.ServerProcess)
             continue
