@@ -13,6 +13,7 @@ from evalfleet import __version__
 from evalfleet.arguments import normalise_argv
 from evalfleet.errors import UserError
 from evalfleet.feedback import disable_cli_feedback
+from evalfleet.interpreter import drop_working_folder
 from evalfleet.process_exit import exit_now
 
 COMMAND_MODULES = (
@@ -84,7 +85,9 @@ def _silence_stdout() -> None:
 
 
 def entry() -> NoReturn:
-    """The `evalfleet` console script and `python -m evalfleet.cli`."""
+    """The `evalfleet` console script and `python -m evalfleet.cli`. The latter has the working folder
+    first on sys.path: dropped before anything else is imported (the console script has its bin/ there)."""
+    drop_working_folder()
     exit_now(main())
 
 

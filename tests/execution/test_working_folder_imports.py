@@ -134,3 +134,14 @@ def test_the_gl_probe_never_imports_from_the_working_folder(tmp_path: Path, monk
     monkeypatch.chdir(tmp_path)
     _probe("egl")  # whether EGL works here does not matter
     assert not marker.exists()
+
+
+def test_python_dash_m_evalfleet_drops_the_working_folder_before_any_import(work: Path) -> None:
+    """`python -m evalfleet.cli` itself: a plugin (or any module) is found as in the runners it starts,
+    installed or on PYTHONPATH, never in the folder the command runs in."""
+    path = experiment(work)
+    done = cli(work, "plan", str(path), EVALFLEET_PLUGINS="evilpkg")
+    assert done.returncode == 2 and "EVALFLEET_PLUGINS" in done.stderr, done.stderr
+    assert not marker_of(work).exists()
+    done = cli(work, "plan", str(path), EVALFLEET_PLUGINS="evilpkg", PYTHONPATH=str(work))
+    assert marker_of(work).exists()  # named on purpose in PYTHONPATH: imported
