@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 
 # The API is imported on first use, so `import evalfleet.<module>` (every runner process) stays light.
 _API = {
-    "run": "evalfleet.execution.pipeline",
+    "run": "evalfleet.execution.api",  # execution.pipeline.run, every argument checked first
     "evaluate": "evalfleet.execution.in_process",
     "ExperimentResult": "evalfleet.outputs.result",
     "RunResult": "evalfleet.outputs.result",

@@ -4,6 +4,7 @@ backend's API tests are in test_ray_backend.py); bad input raises UserError befo
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -60,13 +61,93 @@ def test_run_in_process_returns_paths_and_failures(tmp_path):
 @pytest.mark.parametrize("kwargs, key", [
     ({"backend": "locl"}, "did you mean local"),
     ({"backend": "osmo"}, "evalfleet submit --backend osmo"),
-    ({"workers": 0}, "--workers"),
-    ({"shard_size": 0}, "--shard-size"),
-    ({"ray_address": "127.0.0.1:6379"}, "--ray-address needs --backend ray"),
+    ({"workers": 0}, "workers=...): expected an integer >= 1, got 0"),
+    ({"shard_size": 0}, "shard_size=...): expected an integer >= 1, got 0"),
+    ({"ray_address": "127.0.0.1:6379"}, "ray_address=...): a Ray address needs backend='ray'"),
 ])
 def test_bad_arguments_raise_before_anything_is_written(tmp_path, kwargs, key):
-    with pytest.raises(evalfleet.UserError, match=key):
+    with pytest.raises(evalfleet.UserError, match=re.escape(key)):
         evalfleet.run(QUICKSTART, output=tmp_path / "out", progress=False, **kwargs)
+    assert not (tmp_path / "out").exists()
+
+
+ONE_EPISODE = ["shared.rollout_limit.num_episodes=1"]
+WRONG_RUN_ARGUMENTS = [
+    ({"workers": "2"}, "workers", "got '2'"),
+    ({"workers": 1.5}, "workers", "got 1.5"),
+    ({"workers": True}, "workers", "got True"),
+    ({"backend": None}, "backend", "got None"),
+    ({"overrides": [1]}, "overrides", "got 1 in it"),
+    ({"overrides": "a=b"}, "overrides", "single string 'a=b'"),
+    ({"overrides": 5}, "overrides", "got 5"),
+    ({"resume": "no"}, "resume", "expected True or False, got 'no'"),
+    ({"progress": None}, "progress", "expected True or False"),
+    ({"shard_size": "10"}, "shard_size", "got '10'"),
+    ({"output": 3}, "output", "got int"),
+    ({"watchdog": {}}, "watchdog", "got dict"),
+    ({"log": "stderr"}, "log", "got 'stderr'"),
+    ({"ray_address": 6379, "backend": "ray"}, "ray_address", "got 6379"),
+]
+
+
+@pytest.mark.parametrize("kwargs, argument, message", WRONG_RUN_ARGUMENTS)
+def test_every_wrong_argument_of_run_is_a_user_error_naming_it(tmp_path, kwargs, argument, message):
+    with pytest.raises(evalfleet.UserError) as caught:
+        # (short, should a wrong argument be taken: one episode of one Run)
+        evalfleet.run(QUICKSTART, **{"output": tmp_path / "out", "progress": False, "workers": 1,
+                                     "overrides": ONE_EPISODE, **kwargs})
+    line = caught.value.line()
+    assert line.startswith(f"evalfleet.run({argument}=...): ") and message in line, line
+    assert "command line" not in line and "--" not in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_run_of_something_that_is_not_an_experiment_is_a_user_error(tmp_path):
+    with pytest.raises(evalfleet.UserError, match=re.escape("evalfleet.run(experiment=...): expected the path")):
+        evalfleet.run({"name": "x"}, output=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+WRONG_EVALUATE_ARGUMENTS = [
+    ({"workers": "2"}, "workers", "got '2'"),
+    ({"workers": 0}, "workers", "got 0"),
+    ({"max_batch": -3}, "max_batch", "got -3"),
+    ({"max_batch": 2.0}, "max_batch", "got 2.0"),
+    ({"max_wait_ms": -1}, "max_wait_ms", "got -1"),
+    ({"max_wait_ms": "5"}, "max_wait_ms", "got '5'"),
+    ({"runs": "push_expert"}, "runs", "single string 'push_expert'"),
+    ({"runs": [1]}, "runs", "got 1 in it"),
+    ({"runs": ["nope"]}, "runs", "no Run named 'nope'"),
+    ({"overrides": "a=b"}, "overrides", "single string"),
+    ({"policy_name": ""}, "policy_name", "non-empty"),
+    ({"progress": 1}, "progress", "got 1"),
+]
+
+
+@pytest.mark.parametrize("kwargs, argument, message", WRONG_EVALUATE_ARGUMENTS)
+def test_every_wrong_argument_of_evaluate_is_a_user_error_naming_it(tmp_path, kwargs, argument, message):
+    import threading
+
+    before = set(threading.enumerate())
+    with pytest.raises(evalfleet.UserError) as caught:
+        evalfleet.evaluate(lambda obs: [0.0] * 4, QUICKSTART, **{"output": tmp_path / "out", "workers": 1,
+                                                                  "runs": ["push_expert"], "overrides": ONE_EPISODE,
+                                                                  "log": lambda line: None, **kwargs})
+    line = caught.value.line()
+    assert line.startswith(f"evalfleet.evaluate({argument}=...): ") and message in line, line
+    assert "command line" not in line
+    assert not (tmp_path / "out").exists()
+    assert not [t for t in threading.enumerate() if t not in before and t.is_alive()]
+
+
+def test_the_command_line_keeps_its_own_spelling_of_the_same_rule(tmp_path):
+    for command in (["plan", QUICKSTART, "--workers", "0"], ["run", QUICKSTART, "--workers", "0", "-o",
+                                                              str(tmp_path / "out")]):
+        proc = subprocess.run([sys.executable, "-m", "evalfleet.cli", *command], capture_output=True, text=True,
+                              timeout=120, cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.strip().splitlines()[-1].endswith("command line: --workers: expected an integer >= 1, "
+                                                            "got 0"), proc.stderr
     assert not (tmp_path / "out").exists()
 
 

@@ -66,6 +66,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         print_overrides(path, args.overrides)
         return 0
     # Built first: a bad value is refused (naming its flag) before anything is written.
+    from evalfleet.execution.api import check_workers
+
+    check_workers(args.workers)
     watchdog = WatchdogConfig.local(stall_timeout=args.stall_timeout, startup_timeout=args.startup_timeout,
                                     max_restarts=args.max_restarts)
     result = run(path, overrides=args.overrides, output=args.output, backend=args.backend, workers=args.workers,

@@ -20,6 +20,7 @@ import numpy as np
 import yaml
 
 from evalfleet.errors import UserError
+from evalfleet.execution.api import argument, check_common, check_count, check_strings
 from evalfleet.execution.guarded_policy import THREAD_NAME, GuardedPolicy
 from evalfleet.execution.pipeline import load, run, stderr_log
 from evalfleet.execution.watchdog import WatchdogConfig
@@ -59,8 +60,8 @@ def as_policy(policy: Any) -> Any:
     if callable(policy):
         return _CallablePolicy(policy)
     raise UserError(f"cannot evaluate a {type(policy).__name__}: give an object with act(observation) or "
-                    "act_batch(observations, env_ids), or a function observation -> action", where="evaluate()",
-                    key="policy")
+                    "act_batch(observations, env_ids), or a function observation -> action",
+                    where=argument("evaluate", "policy"))
 
 
 def policy_tag(policy: Any) -> str:
@@ -92,7 +93,8 @@ def chosen_runs(loaded: LoadedExperiment, runs: Iterable[str] | None) -> list[st
     chosen = list(runs) if runs is not None else names
     for name in chosen:
         if name not in names:
-            raise UserError(f"no Run named {name!r}; Runs: {', '.join(names)}", where=loaded.path, key="runs")
+            raise UserError(f"no Run named {name!r} in {loaded.path}; Runs: {', '.join(names)}",
+                            where=argument("evaluate", "runs"))
     return chosen
 
 
@@ -109,8 +111,18 @@ def evaluate(policy: Any, experiment: str | os.PathLike[str] | LoadedExperiment,
     envs stepping at once). A policy that raises (SystemExit too) or does not return within the Run's
     `episode_timeout_s` yields error records (infrastructure errors, retried and then left as errors in the
     result), never an exception or a hang here; while a call is still blocked, further calls fail at once."""
+    listed = check_common("evaluate", experiment=experiment, overrides=overrides, output=output, workers=workers,
+                          progress=progress, watchdog=watchdog, log=log)
+    runs = check_strings(runs, where=argument("evaluate", "runs"), what="Run names", optional=True)
+    if policy_name is not None and not (isinstance(policy_name, str) and policy_name.strip()):
+        raise UserError(f"expected a non-empty name or None, got {policy_name!r}",
+                        where=argument("evaluate", "policy_name"))
+    check_count(max_batch, where=argument("evaluate", "max_batch"))
+    if isinstance(max_wait_ms, bool) or not isinstance(max_wait_ms, (int, float)) or not 0 <= max_wait_ms < 1e6:
+        raise UserError(f"expected milliseconds >= 0 (a number), got {max_wait_ms!r}",
+                        where=argument("evaluate", "max_wait_ms"))
     served = as_policy(policy)
-    loaded = load(experiment, overrides)
+    loaded = load(experiment, listed)
     chosen = chosen_runs(loaded, runs)
     workers = workers if workers is not None else (os.cpu_count() or 1)
     envs = max(r.environment_builder.num_envs for r in loaded.experiment.runs.values())

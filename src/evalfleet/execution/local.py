@@ -39,9 +39,8 @@ class LocalBackend(BackendBase):
     def __init__(self, *, workers: int | None = None, address: str | None = None):
         if address:
             raise UserError("--ray-address needs --backend ray", where="command line", key="--ray-address")
+        # `workers` was checked by the caller (execution.api.check_workers: the CLI's and the API's one rule)
         self.workers = workers if workers is not None else (os.cpu_count() or 1)
-        if self.workers <= 0:
-            raise UserError("--workers must be at least 1", where="command line", key="--workers")
         self._runs: list[LocalRun] = []
 
     def check(self) -> None:

@@ -83,9 +83,7 @@ class RayBackend(BackendBase):
     resume_hint = " --backend ray"
 
     def __init__(self, *, workers: int | None = None, address: str | None = None):
-        if workers is not None and workers <= 0:
-            raise UserError("--workers must be at least 1", where="command line", key="--workers")
-        self.workers = workers
+        self.workers = workers  # checked by the caller (execution.api.check_workers)
         self.address = address
         self._started = False
 

@@ -76,8 +76,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     path = experiment_path(args)
     # The same refusals as `evalfleet run`, so a plan never shows what a run would refuse.
-    if args.workers is not None and args.workers <= 0:
-        raise UserError("--workers must be at least 1", where="command line", key="--workers")
+    from evalfleet.execution.api import check_workers
+
+    check_workers(args.workers)
     if args.shard_size is not None and args.shard_size <= 0:
         raise UserError("--shard-size must be a positive number of episodes", where="command line", key="--shard-size")
     from evalfleet.textlayout import output_width
