@@ -247,8 +247,9 @@ class ShardRunner:
                         if slot.spec is None:
                             start(slot)
                         continue
+                    action = self._checked_action(slot, slot.queue.popleft())  # SpecMismatchError: the Run stops
                     try:
-                        result = slot.env.step(slot.queue.popleft())
+                        result = slot.env.step(action)
                         if slot.video is not None:
                             slot.video.add(slot.env, result.observation)
                     except Exception as exc:  # noqa: BLE001
@@ -272,6 +273,34 @@ class ShardRunner:
         finally:
             writer.close()
         return outcome
+
+    def _checked_action(self, slot: _Slot, action: Any) -> np.ndarray:
+        """The action as the env's declared action spec takes it: `action_dim` finite numbers. Anything else is
+        the policy not fitting its environment (a SpecMismatchError), never cut to size or stepped with."""
+        from evalfleet.policies.base import SpecMismatchError
+
+        dim = getattr(slot.env, "action_dim", None)
+        try:
+            values = np.asarray(action, dtype=np.float64)
+        except (TypeError, ValueError):
+            problem = f"an action that is not numbers ({type(action).__name__})"
+        else:
+            if dim is not None and values.size != dim:
+                problem = f"an action of shape {values.shape} ({values.size} values)"
+            elif not np.isfinite(values).all():
+                bad = int(np.flatnonzero(~np.isfinite(values.reshape(-1)))[0])
+                problem = f"a non-finite action ({values.reshape(-1)[bad]} at index {bad})"
+            else:
+                return values
+        from evalfleet.sim.base import environment_spec
+
+        env_type = self.run.environment.type
+        spec = environment_spec(env_type, self.run.environment.options(), slot.env)
+        raise SpecMismatchError(
+            f"policy {self.plan.policy!r} returned {problem} at step {slot.steps} of episode "
+            f"{slot.spec.index if slot.spec else '?'}; environment {env_type} takes {spec.describe()} "
+            "(finite values): make the policy produce that action, or choose the environment it was made for",
+            where=f"Run {self.plan.name!r}")
 
     def _refill_actions(self, slots: list[_Slot], horizon: int | None, finish: Callable[..., None]) -> None:
         """One batched policy call for every env whose action queue is empty."""

@@ -127,7 +127,7 @@ class AlohaEnvironment:
         return self._observation(raw)
 
     def step(self, action: np.ndarray) -> StepResult:
-        a = np.asarray(action, dtype=np.float64).reshape(-1)[: self.action_dim]
+        a = np.asarray(action, dtype=np.float64).reshape(self.action_dim)
         if self.actions == "normalized":
             a = self.action_low + (np.clip(a, -1.0, 1.0) + 1.0) * 0.5 * (self.action_high - self.action_low)
         a = self._noise.action(a)

@@ -178,7 +178,7 @@ class GymnasiumAdapter:
         return StepResult(self._observation(obs), success, done, {"steps": self._steps, "reward": float(reward)})
 
     def _env_action(self, action: Any) -> Any:
-        a = np.asarray(action, dtype=np.float64).reshape(-1)[: self.action_dim]
+        a = np.asarray(action, dtype=np.float64).reshape(self.action_dim)
         low, high = self.action_low, self.action_high
         if self.actions == "normalized":
             a = low + (np.clip(a, -1.0, 1.0) + 1.0) * 0.5 * (high - low)

@@ -108,7 +108,7 @@ class MetaworldEnvironment:
         return self._observation(obs)
 
     def step(self, action: np.ndarray) -> StepResult:
-        action = np.asarray(action, dtype=np.float64).reshape(-1)[: self.action_dim]
+        action = np.asarray(action, dtype=np.float64).reshape(self.action_dim)
         action = self._noise.action(action).clip(-1.0, 1.0).astype(np.float32)
         obs, _reward, _terminated, _truncated, info = self.env.step(action)
         self._steps += 1

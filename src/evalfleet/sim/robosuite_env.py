@@ -129,7 +129,7 @@ class RobosuiteEnvironment:
         return self._observation(obs)
 
     def step(self, action: np.ndarray) -> StepResult:
-        action = np.asarray(action, dtype=np.float64).reshape(-1)[: self.action_dim]
+        action = np.asarray(action, dtype=np.float64).reshape(self.action_dim)
         action = self._noise.action(action)
         action = np.clip(action, self.action_low, self.action_high)
         obs, reward, _done, _info = self.env.step(action)
