@@ -104,6 +104,10 @@ def _check_declared_spec(run: Run, where: str, key: str) -> None:
         spec, env_spec = _static_specs(run)
     except (ValueError, TypeError, KeyError) as exc:  # a declaration that cannot be made from these options
         raise UserError(f"the policy's spec cannot be read: {exc}", where=where, key=f"{key}.policy") from None
+    except UserError as exc:  # the declaration's own file (e.g. a LeRobot config.json): name the Run's key too
+        if exc.where is not None:
+            raise
+        raise UserError(exc.message, where=where, key=f"{key}.{exc.key}" if exc.key else f"{key}.policy") from None
     run_name = key.rsplit(".", 1)[-1]
     check_spec(spec, env_spec, run=run_name, where=where, key=f"{key}.policy")
 

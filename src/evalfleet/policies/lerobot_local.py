@@ -26,7 +26,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib.util
-import json
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evalfleet.errors import UserError
 from evalfleet.policies.base import POLICIES, BasePolicy, PolicyContext, PolicySpec
-
-CONFIG_FILE = "config.json"
+from evalfleet.policies.lerobot_config import CONFIG_FILE, read_config
 WEIGHTS_FILE = "model.safetensors"
 IMAGE_KEY, IMAGES_PREFIX = "observation.image", "observation.images."
 STATE_KEYS = ("observation.state", "observation.environment_state")
@@ -47,21 +45,6 @@ class LerobotLocalOptions(BaseModel):
     path: str = Field(description="a LeRobot save_pretrained folder (config.json, model.safetensors, processors)")
     device: str = Field("cpu", pattern=r"^(cpu|cuda(:\d+)?|mps|auto)$")
     cameras: dict[str, str] = Field(default_factory=dict, description="LeRobot image key -> evalfleet camera")
-
-
-def read_config(path: str | Path, *, key: str = "policy.path") -> dict[str, Any]:
-    folder = Path(path).expanduser()
-    file = folder / CONFIG_FILE
-    try:
-        config = json.loads(file.read_text())
-    except FileNotFoundError:
-        raise UserError(f"{folder} is not a LeRobot checkpoint folder (no {CONFIG_FILE}); give the folder"
-                        " save_pretrained wrote", key=key) from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UserError(f"cannot read {file}: {exc}", key=key) from None
-    if not isinstance(config, dict) or "type" not in config or "input_features" not in config:
-        raise UserError(f"{file} is not a LeRobot policy config (no type/input_features)", key=key)
-    return config
 
 
 def _first_camera(context: PolicyContext | None) -> str | None:
@@ -94,8 +77,9 @@ def spec_from_config(config: dict[str, Any], cameras: dict[str, str], source: st
     unknown = [k for k, f in features.items()
                if f.get("type") != "VISUAL" and k not in STATE_KEYS]
     if unknown:
-        raise UserError(f"LeRobot input feature(s) {', '.join(unknown)} have no evalfleet counterpart"
-                        f" (known: images, {', '.join(STATE_KEYS)})", key="policy.path")
+        raise UserError(f"{source}: LeRobot input feature(s) {', '.join(unknown)} have no evalfleet counterpart"
+                        f" (known: images, {', '.join(STATE_KEYS)}); give a checkpoint trained on those",
+                        key="policy.path")
     action = (config.get("output_features") or {}).get("action") or {}
     state = features.get("observation.state") or {}
     named = {cam: tuple(features[key]["shape"][-2:]) for key, cam in cameras.items() if cam}
