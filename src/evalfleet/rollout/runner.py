@@ -12,7 +12,9 @@ server's declaration is known), what the policy declares is checked against what
 provides (`policies.base.check_spec`); a mismatch raises SpecMismatchError, and `run_shards` runs
 none of that Run's episodes and reports it in `ShardOutcome.spec_mismatch`. An environment its options
 cannot build (`sim.spec_checks.EnvironmentOptionsError`: an unknown Gymnasium id, bad kwargs) is handled
-the same way, in `ShardOutcome.environment_error`.
+the same way, in `ShardOutcome.environment_error`. Every action is checked too, before the env steps it
+(`_checked_action`: `action_dim` finite values): a wrong size or NaN/inf is a SpecMismatchError of the Run,
+never cut to size, stepped with, or counted as a failure.
 """
 
 from __future__ import annotations
