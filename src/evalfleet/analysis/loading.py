@@ -9,8 +9,11 @@ Accepted inputs:
 
 Records are normalised (run from `run`/`job_name`/the folder name; `status` from `success` when absent),
 then merged per Run by evalfleet.rollout.records.RunRecords, the rule the runner and collect use: one record per
-planned episode (the plan's size from the Run folder's run_status.json), records of another Run found in a Run's
-folder and episodes outside the plan set aside.
+planned episode (the plan's size from the Run folder's run_status.json, else from the input folder's
+experiment.yaml), records of another Run found in a Run's folder and episodes outside the plan set aside.
+
+Inside an input folder only regular files and folders that lie in it are read (analysis.local_files): a link
+leading out of it, a FIFO or a device is skipped with a warning (`RecordSet.skipped`).
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable
 
+from evalfleet.analysis.local_files import kind_inside, open_regular
 from evalfleet.errors import UserError
 from evalfleet.feedback import is_long, track
+from evalfleet.secrets import mask_url
 from evalfleet.rollout.records import STATUSES, RunRecords, RunScope, SetAside, iter_record_dicts
 
 log = logging.getLogger("evalfleet.analysis")
@@ -43,6 +48,7 @@ class RecordSet:
     records: list[dict[str, Any]]
     sources: list[str] = field(default_factory=list)
     set_aside: SetAside = field(default_factory=SetAside)  # found but not counted (records.RunRecords)
+    skipped: dict[str, str] = field(default_factory=dict)  # path -> why it was not read (a link out, a FIFO)
 
     @property
     def rated(self) -> list[dict[str, Any]]:
@@ -154,9 +160,10 @@ class _Merger:
         return records, aside
 
 
-def _planned_episodes(run_dir: Path) -> int | None:
+def _planned_episodes(root: Path, run_dir: Path) -> int | None:
     try:
-        status = json.loads((run_dir / "run_status.json").read_text(encoding="utf-8"))
+        with open_regular(str(root), str(run_dir / "run_status.json")) as f:
+            status = json.loads(f.read().decode("utf-8"))
     except (OSError, ValueError):
         return None
     planned = status.get("planned_episodes") if isinstance(status, dict) else None
@@ -182,32 +189,51 @@ def _read_archive(path: Path, merger: _Merger, sources: list[str]) -> None:
                         in_run_folder=rel.parent != PurePosixPath("."))
 
 
-def _walk(root: Path) -> tuple[list[PurePosixPath], list[Path]]:
+def _walk(root: Path, skipped: dict[str, str]) -> tuple[list[PurePosixPath], list[Path]]:
+    """Record files and archives below `root`: regular files inside it only (links leading out of it, FIFOs,
+    devices are recorded in `skipped`). Links to folders are not followed."""
     record_like: list[PurePosixPath] = []
     archives: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in sorted(filenames):
             full = Path(dirpath) / name
+            if not (is_archive(full) or name.endswith(".jsonl")):
+                continue
+            kind, why = kind_inside(str(root), str(full))
+            if kind != "file":
+                if why is not None:
+                    skipped[str(full)] = why
+                    log.warning("%s: skipped, %s", full, why)
+                continue
             if is_archive(full):
                 archives.append(full)
-            elif name.endswith(".jsonl"):
+            else:
                 record_like.append(PurePosixPath(full.relative_to(root).as_posix()))
     return record_like, archives
 
 
 def load_records(inputs: Iterable[str | os.PathLike[str]]) -> RecordSet:
     """Read every record below the given folders, archives and files; raise UserError when there are none."""
-    inputs = [Path(p) for p in inputs]
+    given = [os.fspath(p) for p in inputs]
+    inputs = [Path(p) for p in given]
     if not inputs:
         raise UserError("no input given; pass an output folder or --episode-results FILE.jsonl", where="command line")
     merger = _Merger(_Normaliser())
     sources: list[str] = []
-    for path in inputs:
+    skipped: dict[str, str] = {}
+    for text, path in zip(given, inputs):
+        if "://" in text:
+            raise UserError("a URL; give a local output folder, .jsonl file or .tar archive (`evalfleet collect "
+                            "URL --output DIR` downloads one)", where=mask_url(text))
         if not path.exists():
             raise UserError("no such file or folder; expected an output folder, a .jsonl file or a .tar archive", where=str(path))
+        if not path.is_dir() and not path.is_file():
+            raise UserError("not a regular file or a folder; expected an output folder, a .jsonl file or a .tar "
+                            "archive", where=str(path))
         if path.is_dir():
-            files, archives = _walk(path)
+            merger.planned.update({name: n for name, n in folder_plan(path).items() if n is not None})
+            files, archives = _walk(path, skipped)
             chosen = select_record_files(files)
             if is_long(files=len(chosen)):
                 log.info("reading %d record files in %s", len(chosen), path)
@@ -215,9 +241,9 @@ def load_records(inputs: Iterable[str | os.PathLike[str]]) -> RecordSet:
                 run_dir = path / rel.parent
                 if run_dir.name == "parts":
                     run_dir = run_dir.parent
-                planned = _planned_episodes(run_dir)
-                if planned is not None:
-                    merger.planned.setdefault(default_run_name(rel, path.resolve().name), planned)
+                planned = _planned_episodes(path, run_dir)
+                if planned is not None:  # run_status.json's plan comes before experiment.yaml's
+                    merger.planned[default_run_name(rel, path.resolve().name)] = planned
             for rel in track(chosen, "reading record files"):
                 full = path / rel
                 sources.append(str(full))
@@ -236,7 +262,7 @@ def load_records(inputs: Iterable[str | os.PathLike[str]]) -> RecordSet:
         raise UserError(f"no episode records found (looked for {LOOKED_FOR})", where=where)
     if is_long(files=len(sources), episodes=len(records)):
         log.info("read %d episodes of %d Runs", len(records), len(merger.runs))
-    return RecordSet(records=records, sources=sources, set_aside=set_aside)
+    return RecordSet(records=records, sources=sources, set_aside=set_aside, skipped=skipped)
 
 
 def record_set_from_runs(runs: Iterable[Any]) -> RecordSet:
@@ -255,6 +281,61 @@ def record_set_from_runs(runs: Iterable[Any]) -> RecordSet:
         raise UserError("no episode records to analyse", where=", ".join(sources) or "the output folder")
     return RecordSet(records=sorted(records, key=lambda r: (r["run"], r["episode"])), sources=sources,
                      set_aside=set_aside)
+
+
+# --- the plan an output folder's experiment.yaml holds ------------------------------------------------
+
+EXPERIMENT_FILE = "experiment.yaml"
+
+
+def experiment_document(data: bytes, where: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An output folder's experiment.yaml → (its Runs by name in the file's order, its `shared` map).
+    Raises UserError when the bytes are not an Experiment: bounded YAML holding a `runs:` map (or list) of
+    Runs with valid Run names (names become folder names, so `../x` is refused here)."""
+    from evalfleet.experiment.safe_yaml import MAX_FILE_BYTES, parse_yaml
+    from evalfleet.experiment.schema import RUN_NAME
+
+    if len(data) > MAX_FILE_BYTES:
+        raise UserError(f"larger than {MAX_FILE_BYTES} bytes; not an Experiment", where=where)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UserError("not UTF-8 text; not an Experiment", where=where) from None
+    doc = parse_yaml(text, where)
+    runs = doc.get("runs") if isinstance(doc, dict) else None
+    if isinstance(runs, list):
+        runs = {r.get("name"): r for r in runs if isinstance(r, dict)}
+    if not isinstance(runs, dict) or not runs:
+        raise UserError("not an Experiment: no `runs:` map", where=where)
+    bad = [name for name in runs if not isinstance(name, str) or not RUN_NAME.fullmatch(name)]
+    if bad:
+        raise UserError(f"not an Experiment: bad Run name {str(bad[0])[:120]!r}", where=where)
+    shared = doc.get("shared")
+    return {name: run if isinstance(run, dict) else {} for name, run in runs.items()}, \
+        shared if isinstance(shared, dict) else {}
+
+
+def planned_episodes(runs: dict[str, Any], shared: dict[str, Any]) -> dict[str, int | None]:
+    """Each Run's planned episode count from an Experiment document (None for a num_steps Run or when the file
+    does not say): the plan `records.RunRecords` holds records to when a Run folder has no run_status.json."""
+    out: dict[str, int | None] = {}
+    for name, run in runs.items():
+        limit = run.get("rollout_limit") or shared.get("rollout_limit") or {}
+        planned = limit.get("num_episodes") if isinstance(limit, dict) else None
+        out[name] = planned if isinstance(planned, int) and not isinstance(planned, bool) and planned > 0 else None
+    return out
+
+
+def folder_plan(folder: Path) -> dict[str, int | None]:
+    """The planned episodes of every Run the folder's experiment.yaml names ({} when it has none, or when it
+    is a link, not a regular file, or not an Experiment)."""
+    path = folder / EXPERIMENT_FILE
+    try:
+        if path.is_symlink() or not path.is_file():
+            return {}
+        return planned_episodes(*experiment_document(path.read_bytes(), str(path)))
+    except (OSError, UserError):
+        return {}
 
 
 # --- Arena's own record files ------------------------------------------------------------------------

@@ -9,6 +9,11 @@ status, counts, success rate with its 95% Wilson interval, timings and provenanc
 
 Collecting a folder into itself (`collect([OUT], OUT)`) works in place: the shard logs stay, the merged file is
 replaced atomically, and nothing is copied.
+
+Only what lies in a source is read (storage.Location, analysis.local_files): links leading out of it, FIFOs,
+devices and an experiment.yaml that is not an Experiment are skipped and listed in experiment_result.json's
+`skipped_files` and the report. Runs without run_status.json are held to the plan experiment.yaml gives.
+URLs are shown masked (secrets.mask_url) in every message; a URL carrying credentials is refused.
 """
 
 from __future__ import annotations
@@ -18,11 +23,13 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalfleet.analysis.loading import arena_file_order, arena_record, arena_videos
+from evalfleet.analysis.loading import (arena_file_order, arena_record, arena_videos, experiment_document,
+                                        planned_episodes)
 from evalfleet.errors import UserError
 from evalfleet.feedback import is_long, track
 from evalfleet.outputs.report import REPORT_FILE, render_report
-from evalfleet.outputs.storage import Location, is_url, open_location
+from evalfleet.outputs.storage import Location, check_endpoint, is_url, open_location
+from evalfleet.secrets import mask_url
 from evalfleet.outputs.summary import RESULT_FILE, build_result, provenance, summarise_run
 from evalfleet.rollout.records import RECORDS_FILE, RunRecords, RunScope, SetAside
 
@@ -59,6 +66,13 @@ class RunData:
     status: dict[str, Any] | None
     set_aside: SetAside = field(default_factory=SetAside)
     summary: dict[str, Any] | None = None
+    planned: int | None = None  # the episodes its records are held to (run_status.json, else experiment.yaml)
+
+    def summary_status(self) -> dict[str, Any] | None:
+        """run_status.json's content for the summary, with the plan experiment.yaml gives when it has none."""
+        if self.planned is None or (self.status or {}).get("planned_episodes") is not None:
+            return self.status
+        return {**(self.status or {}), "planned_episodes": self.planned}
 
 
 # --- finding Runs ------------------------------------------------------------------------------------
@@ -145,11 +159,11 @@ def _merge_status(statuses: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def read_run(name: str, sources: list[RunSource], *, merged_only: bool = False,
-             after_file: Any = None) -> RunData:
+             after_file: Any = None, planned: int | None = None) -> RunData:
     """Merge a Run's records from all its sources, plan-aware (records.RunRecords): the planned episode
-    count comes from run_status.json. `merged_only`: where a collected episode_results.jsonl exists, read it
-    alone (the report of a collected folder), not the shard logs it was made from. `after_file()` is called
-    after each record file (progress)."""
+    count comes from run_status.json, else from `planned` (the Experiment's plan, from experiment.yaml).
+    `merged_only`: where a collected episode_results.jsonl exists, read it alone (the report of a collected
+    folder), not the shard logs it was made from. `after_file()` is called after each record file (progress)."""
     statuses = []
     for src in sources:
         if src.status_file:
@@ -161,8 +175,10 @@ def read_run(name: str, sources: list[RunSource], *, merged_only: bool = False,
                 raise UserError("expected a JSON object", where=src.location.display(src.status_file))
             statuses.append(status)
     status = _merge_status(statuses)
-    planned = (status or {}).get("planned_episodes")
-    merged = RunRecords(RunScope(name, planned if isinstance(planned, int) and not isinstance(planned, bool) else None))
+    from_status = (status or {}).get("planned_episodes")
+    if isinstance(from_status, int) and not isinstance(from_status, bool):
+        planned = from_status
+    merged = RunRecords(RunScope(name, planned))
     for src in sources:
         for rel in _files_to_read(src, merged_only):
             where = src.location.display(rel)
@@ -172,7 +188,7 @@ def read_run(name: str, sources: list[RunSource], *, merged_only: bool = False,
                 after_file()
         _read_arena_files(name, src, merged, status or {})
     return RunData(name=name, sources=sources, records=merged.records, lines=[str(line) for line in merged.lines],
-                   status=status, set_aside=merged.set_aside)
+                   status=status, set_aside=merged.set_aside, planned=planned)
 
 
 def _read_arena_files(name: str, src: RunSource, merged: RunRecords, status: dict[str, Any]) -> None:
@@ -200,8 +216,10 @@ def _read_arena_files(name: str, src: RunSource, merged: RunRecords, status: dic
         offset += last + 1
 
 
-def load_runs(locations: list[Location], *, merged_only: bool = False) -> list[RunData]:
-    """Every Run found in the locations, records merged across them, sorted by Run name."""
+def load_runs(locations: list[Location], *, merged_only: bool = False,
+              plan: dict[str, int | None] | None = None) -> list[RunData]:
+    """Every Run found in the locations, records merged across them, sorted by Run name. `plan`: each Run's
+    planned episodes from experiment.yaml, for Run folders without run_status.json."""
     by_name: dict[str, list[RunSource]] = {}
     for loc in locations:
         for name, src in find_runs(loc):
@@ -210,8 +228,8 @@ def load_runs(locations: list[Location], *, merged_only: bool = False) -> list[R
     if is_long(files=files):
         log.info("reading %d record files of %d Runs", files, len(by_name))
     ticks = track(range(files), "reading record files", total=files)
-    runs = [read_run(name, by_name[name], merged_only=merged_only, after_file=lambda: next(ticks, None))
-            for name in sorted(by_name)]
+    runs = [read_run(name, by_name[name], merged_only=merged_only, after_file=lambda: next(ticks, None),
+                     planned=(plan or {}).get(name)) for name in sorted(by_name)]
     for _ in ticks:  # finish the bar
         pass
     episodes = sum(len(run.records) for run in runs)
@@ -256,19 +274,21 @@ def collect_runs(sources: list[str], output: str, *, endpoint_url: str | None = 
     """`collect`, returning the Runs it read as well."""
     if not sources:
         raise UserError("give at least one source folder or URL", where="command line")
-    urls = ", ".join(t for t in [*sources, output] if is_url(t)) or output
+    if endpoint_url:
+        check_endpoint(endpoint_url, where="command line", key="--s3-endpoint")
+    urls = mask_url(", ".join(t for t in [*sources, output] if is_url(t)) or output)
     try:
         return _collect(sources, output, endpoint_url=endpoint_url, report=report)
     except PermissionError as exc:
-        raise UserError(f"access denied ({exc}); check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY and the "
-                        "endpoint (--s3-endpoint or EVALFLEET_S3_ENDPOINT)", where=urls) from None
+        raise UserError(f"access denied ({mask_url(str(exc))}); check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY "
+                        "and the endpoint (--s3-endpoint or EVALFLEET_S3_ENDPOINT)", where=urls) from None
     except Exception as exc:
         # Remote storage failures (no credentials, endpoint unreachable) are the user's settings to fix.
         if type(exc).__module__.split(".")[0] not in ("botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs"):
             raise
-        raise UserError(f"storage error: {type(exc).__name__}: {exc}; check the endpoint (--s3-endpoint or "
-                        "EVALFLEET_S3_ENDPOINT) and credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)",
-                        where=urls) from None
+        raise UserError(f"storage error: {type(exc).__name__}: {mask_url(str(exc))}; check the endpoint "
+                        "(--s3-endpoint or EVALFLEET_S3_ENDPOINT) and credentials (AWS_ACCESS_KEY_ID / "
+                        "AWS_SECRET_ACCESS_KEY)", where=urls) from None
 
 
 def _collect(sources: list[str], output: str, *, endpoint_url: str | None, report: bool) -> Collected:
@@ -277,46 +297,37 @@ def _collect(sources: list[str], output: str, *, endpoint_url: str | None, repor
     for src in sources:
         loc = open_location(src, endpoint_url=endpoint_url, role="source")
         if not loc.exists():
-            raise UserError("source does not exist", where=src)
+            raise UserError("source does not exist", where=loc.display())
         if not loc.isdir():
-            raise UserError("source must be a folder (or bucket prefix) holding Run folders", where=src)
+            raise UserError("source must be a folder (or bucket prefix) holding Run folders", where=loc.display())
         locations.append(loc)
     if dest.exists() and not dest.isdir():
-        raise UserError("output exists and is not a folder", where=output)
+        raise UserError("output exists and is not a folder", where=dest.display())
 
-    runs = load_runs(locations)
+    experiment_bytes, experiment_loc, (named, shared) = read_experiment(locations)
+    runs = load_runs(locations, plan=planned_episodes(named, shared))
     if not runs:
         raise UserError(f"no Runs found (looked for <run>/{RECORDS_FILE}, <run>/{PARTS_DIR}/*.jsonl or "
-                        f"<run>/{STATUS_FILE} up to {MAX_DEPTH} levels down)", where=", ".join(sources))
+                        f"<run>/{STATUS_FILE} up to {MAX_DEPTH} levels down)",
+                        where=", ".join(loc.display() for loc in locations))
 
-    experiment_bytes = None
-    experiment_loc = None
-    for loc in locations:
-        if loc.exists(EXPERIMENT_FILE):
-            data = loc.read_bytes(EXPERIMENT_FILE)
-            if experiment_bytes is None:
-                experiment_bytes, experiment_loc = data, loc
-            elif data != experiment_bytes:
-                log.warning("%s differs from %s; keeping the first", loc.display(EXPERIMENT_FILE),
-                            experiment_loc.display(EXPERIMENT_FILE))
-
-    named, shared = _experiment_runs(experiment_bytes)
     runs = in_experiment_order(runs + _never_started(runs, named, shared), [str(n) for n in named])
     if is_long(**work_size(runs)):
-        log.info("collecting %d Runs from %d source(s) into %s", len(runs), len(locations), output)
+        log.info("collecting %d Runs from %d source(s) into %s", len(runs), len(locations), dest.display())
     for run in runs:
         _write_run(run, dest)
     if experiment_loc is not None and not experiment_loc.same_place(dest):
-        dest.write_bytes(EXPERIMENT_FILE, experiment_bytes)
+        dest.write_bytes(EXPERIMENT_FILE, experiment_bytes, mode=experiment_loc.copy_mode(EXPERIMENT_FILE))
     for loc in locations:
         if not loc.same_place(dest) and loc.isdir(PLOTS_DIR):
             for rel in loc.walk_files(PLOTS_DIR):
                 _copy_if_changed(loc, rel, dest, rel)
 
-    summaries = [summarise_run(r.name, r.records, r.status, set_aside=r.set_aside) for r in runs]
+    summaries = [summarise_run(r.name, r.records, r.summary_status(), set_aside=r.set_aside) for r in runs]
     for run, summary in zip(runs, summaries):
         run.summary = summary
-    result = build_result(summaries, provenance(experiment_bytes, sources=[_safe_url(s) for s in sources]))
+    result = build_result(summaries, provenance(experiment_bytes, sources=[_safe_url(s) for s in sources]),
+                          skipped=skipped_files(locations))
     dest.write_bytes(RESULT_FILE, (json.dumps(result, indent=2, sort_keys=False) + "\n").encode())
     collected = Collected(result, runs, dest)
     if report:
@@ -324,22 +335,43 @@ def _collect(sources: list[str], output: str, *, endpoint_url: str | None, repor
     return collected
 
 
+def skipped_files(locations: list[Location]) -> list[dict[str, str]]:
+    """What the sources held but collect did not read: [{"path", "why"}] (links out, FIFOs, ...)."""
+    return [{"path": loc.display(rel), "why": why} for loc in locations for rel, why in sorted(loc.skipped.items())]
+
+
+def read_experiment(locations: list[Location]) -> tuple[bytes | None, Location | None,
+                                                         tuple[dict[str, Any], dict[str, Any]]]:
+    """The first source's experiment.yaml that is a regular file in it and an Experiment (its bytes, where
+    it is, its Runs and `shared`); one that is not is skipped (`Location.skipped`), one that differs from the
+    first is logged."""
+    found: tuple[bytes | None, Location | None, tuple[dict[str, Any], dict[str, Any]]] = (None, None, ({}, {}))
+    for loc in locations:
+        if not loc.is_file(EXPERIMENT_FILE):
+            continue
+        data = loc.read_bytes(EXPERIMENT_FILE)
+        try:
+            document = experiment_document(data, loc.display(EXPERIMENT_FILE))
+        except UserError as exc:
+            loc.skipped[EXPERIMENT_FILE] = f"not an Experiment ({exc.message})"
+            log.warning("%s: skipped, not an Experiment (%s)", loc.display(EXPERIMENT_FILE), exc.message)
+            continue
+        if found[0] is None:
+            found = (data, loc, document)
+        elif data != found[0]:
+            log.warning("%s differs from %s; keeping the first", loc.display(EXPERIMENT_FILE),
+                        found[1].display(EXPERIMENT_FILE))
+    return found
+
+
 def _experiment_runs(experiment_bytes: bytes | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """The Runs the output's experiment.yaml names, in its order, and its `shared` ({} when unreadable)."""
     if experiment_bytes is None:
         return {}, {}
-    from evalfleet.experiment.safe_yaml import parse_yaml
-
     try:
-        doc = parse_yaml(experiment_bytes.decode("utf-8", errors="replace"), EXPERIMENT_FILE)
+        return experiment_document(experiment_bytes, EXPERIMENT_FILE)
     except UserError:
         return {}, {}
-    runs = doc.get("runs") if isinstance(doc, dict) else None
-    if isinstance(runs, list):
-        runs = {r.get("name"): r for r in runs if isinstance(r, dict)}
-    if not isinstance(runs, dict):
-        return {}, {}
-    return runs, doc.get("shared") if isinstance(doc.get("shared"), dict) else {}
 
 
 def experiment_run_order(experiment_bytes: bytes | None) -> list[str]:
@@ -358,15 +390,13 @@ def _never_started(found: list[RunData], runs: dict[str, Any], shared: dict[str,
     """Runs the Experiment names that left nothing at all (their task never started, or its output was
     lost): failed, with the reason, so every Run of the Experiment has an execution status."""
     have = {r.name for r in found}
+    plan = planned_episodes(runs, shared)
     out = []
-    for name, run in runs.items():
-        if not isinstance(name, str) or name in have:
+    for name in runs:
+        if name in have:
             continue
-        limit = (run or {}).get("rollout_limit") or shared.get("rollout_limit") or {}
-        planned = limit.get("num_episodes") if isinstance(limit, dict) else None
         status = {"state": "failed", "run": name, "reason": "never started: no output from this Run's runner task "
-                  "(it was not scheduled, or failed before writing anything)",
-                  "planned_episodes": planned if isinstance(planned, int) and not isinstance(planned, bool) else None}
+                  "(it was not scheduled, or failed before writing anything)", "planned_episodes": plan[name]}
         out.append(RunData(name=name, sources=[], records=[], lines=[], status=status))
     return out
 
@@ -412,8 +442,5 @@ def _copy_if_changed(src: Location, rel_src: str, dest: Location, rel_dst: str) 
 
 
 def _safe_url(url: str) -> str:
-    # Never record credentials embedded in a URL (scheme://user:secret@host/...).
-    if "://" in url and "@" in url.split("://", 1)[1].split("/", 1)[0]:
-        scheme, rest = url.split("://", 1)
-        return f"{scheme}://***@{rest.split('@', 1)[1]}"
-    return url
+    # Never record credentials embedded in a URL (scheme://user:secret@host/...): the one rule, secrets.mask_url.
+    return mask_url(url)

@@ -12,10 +12,12 @@ from typing import Any
 
 from evalfleet.errors import UserError
 from evalfleet.feedback import is_long
-from evalfleet.outputs.collect import (PLOTS_DIR, Collected, collect_runs, experiment_run_order, in_experiment_order,
-                                      load_runs, work_size, write_collected_report)
+from evalfleet.analysis.loading import planned_episodes
+from evalfleet.outputs.collect import (PLOTS_DIR, Collected, collect_runs, in_experiment_order, load_runs,
+                                      read_experiment, skipped_files, work_size, write_collected_report)
 from evalfleet.outputs.report import REPORT_FILE, render_report
-from evalfleet.outputs.storage import Location, atomic_write_bytes
+from evalfleet.outputs.storage import Location
+from evalfleet.secrets import mask_url
 from evalfleet.outputs.summary import RESULT_FILE, build_result, provenance, summarise_run
 
 log = logging.getLogger("evalfleet.outputs")
@@ -70,42 +72,39 @@ def finalize(out: str | os.PathLike[str]) -> Finalized:
 
 def write_report(directory: str | os.PathLike[str], *, title: str | None = None) -> str:
     """Write DIR/index.html from DIR's collected Runs; returns its path. Reads experiment_result.json when
-    present (else summarises the Runs it finds, without writing anything else)."""
+    present (else summarises the Runs it finds, without writing anything else). Only what lies in DIR is
+    read (links leading out of it, FIFOs, ... are skipped and listed on the page)."""
     directory = os.fspath(directory)
     if not os.path.isdir(directory):
         raise UserError("no such folder (give the output folder of `evalfleet run` or `evalfleet collect`)",
-                        where=directory)
+                        where=mask_url(directory))
     loc = Location(url=directory, root=directory)
-    runs = load_runs([loc], merged_only=True)
+    exp_bytes, _, (named, shared) = read_experiment([loc])
+    runs = load_runs([loc], merged_only=True, plan=planned_episodes(named, shared))
     if not runs:
         raise UserError("no Runs found here (expected <run>/episode_results.jsonl)", where=directory)
-    experiment = os.path.join(directory, "experiment.yaml")
-    exp_bytes = Path(experiment).read_bytes() if os.path.isfile(experiment) else None
-    runs = in_experiment_order(runs, experiment_run_order(exp_bytes))  # as collect lists them
-    result_path = os.path.join(directory, RESULT_FILE)
+    runs = in_experiment_order(runs, list(named))  # as collect lists them
     result = None
-    if os.path.exists(result_path):
+    if loc.is_file(RESULT_FILE):
         try:
-            with open(result_path, encoding="utf-8") as f:
-                result = json.load(f)
+            result = json.loads(loc.read_bytes(RESULT_FILE))
         except (ValueError, UnicodeDecodeError) as exc:
-            raise UserError(f"not valid JSON ({exc}); run `evalfleet collect` again", where=result_path) from None
+            raise UserError(f"not valid JSON ({exc}); run `evalfleet collect` again",
+                            where=loc.display(RESULT_FILE)) from None
         if not isinstance(result, dict) or not isinstance(result.get("runs"), dict):
-            raise UserError("not an evalfleet experiment result", where=result_path)
+            raise UserError("not an evalfleet experiment result", where=loc.display(RESULT_FILE))
     if result is None:
-        result = build_result([summarise_run(r.name, r.records, r.status, set_aside=r.set_aside) for r in runs],
+        result = build_result([summarise_run(r.name, r.records, r.summary_status(), set_aside=r.set_aside) for r in runs],
                               provenance(exp_bytes))
-    plots_dir = os.path.join(directory, PLOTS_DIR)
-    plots = []
-    if os.path.isdir(plots_dir):
-        for dirpath, dirnames, filenames in os.walk(plots_dir):
-            dirnames.sort()
-            for name in sorted(filenames):
-                if name.lower().endswith((".png", ".svg", ".jpg", ".jpeg")):
-                    plots.append(os.path.relpath(os.path.join(dirpath, name), directory).replace(os.sep, "/"))
+    images = (".png", ".svg", ".jpg", ".jpeg")
+    plots = [rel for rel in loc.walk_files(PLOTS_DIR) if rel.lower().endswith(images)] if loc.isdir(PLOTS_DIR) else []
+    listed = result.get("skipped_files") if isinstance(result.get("skipped_files"), list) else []
+    listed = [s for s in listed if isinstance(s, dict)]
+    known = {s.get("path") for s in listed}
+    result = {**result, "skipped_files": listed + [s for s in skipped_files([loc]) if s["path"] not in known]}
     title = title or f"evalfleet report: {os.path.basename(os.path.abspath(directory))}"
     path = os.path.join(directory, REPORT_FILE)
     if is_long(**work_size(runs)):
         log.info("writing %s", path)
-    atomic_write_bytes(path, render_report(result, runs, plots=plots, title=title).encode("utf-8"))
+    loc.write_bytes(REPORT_FILE, render_report(result, runs, plots=plots, title=title).encode("utf-8"))
     return path

@@ -112,6 +112,21 @@ def _summary_table(result: dict[str, Any]) -> str:
     )
 
 
+def _skipped(result: dict[str, Any]) -> list[dict[str, Any]]:
+    skipped = result.get("skipped_files")
+    return [s for s in skipped if isinstance(s, dict)] if isinstance(skipped, list) else []
+
+
+def _skipped_section(result: dict[str, Any]) -> str:
+    """The files collect did not read (links leading out of a source, FIFOs, ...), said on the page."""
+    skipped = _skipped(result)
+    if not skipped:
+        return ""
+    items = "".join(f'<li><code>{_e(s.get("path"))}</code>: {_e(s.get("why"))}</li>' for s in skipped)
+    return (f'<div id="skipped-files" class="note"><p>{len(skipped)} file(s) in the sources were skipped, not read '
+            f'or copied:</p><ul>{items}</ul></div>')
+
+
 # The progress summary lives with the rest of a Run's summary (experiment_result.json); the report shows it.
 from evalfleet.outputs.summary import criterion_met as _criterion_met, progress_summary  # noqa: E402,F401
 
@@ -325,7 +340,8 @@ def render_report(result: dict[str, Any], runs: list[Any], *, plots: Iterable[st
     overview = (f'{summary.get("runs", 0)} Runs: ' + ", ".join(f"{n} {s}" for s, n in by_status.items() if n)
                 + f' · {eps.get("recorded", 0)} episodes recorded ({eps.get("success", 0)} success, '
                 f'{eps.get("failure", 0)} failure, {eps.get("error", 0)} error, {eps.get("missing", 0)} missing)'
-                + (f' · {eps["set_aside"]} records set aside' if eps.get("set_aside") else ""))
+                + (f' · {eps["set_aside"]} records set aside' if eps.get("set_aside") else "")
+                + (f' · {len(_skipped(result))} files skipped' if _skipped(result) else ""))
     meta = {"title": title}
     page = _asset("template.html")
     replacements = {
@@ -333,7 +349,7 @@ def render_report(result: dict[str, Any], runs: list[Any], *, plots: Iterable[st
         "/*__CSS__*/": _asset("report.css"),
         "__PROVENANCE__": _provenance_line(prov),
         "__OVERVIEW__": _e(overview),
-        "__SUMMARY__": _summary_table(result) + _progress_section(runs),
+        "__SUMMARY__": _summary_table(result) + _skipped_section(result) + _progress_section(runs),
         "__MATRIX__": _matrix_table(result),
         "__PLOTS__": _plots_section(plots),
         "__META__": _script_safe(json.dumps(meta)),

@@ -3,22 +3,36 @@
 A `Location` is one folder on one filesystem. Local paths use plain file operations (atomic writes:
 temporary file + rename); URLs go through fsspec, and s3fs is imported only when an s3:// URL is used.
 S3-compatible stores take their endpoint from `--s3-endpoint` or the environment
-(`EVALFLEET_S3_ENDPOINT`, then `AWS_ENDPOINT_URL`); credentials come from the usual AWS variables.
+(`EVALFLEET_S3_ENDPOINT`, then `AWS_ENDPOINT_URL`), an http(s)://host[:port] URL; credentials come from the
+usual AWS variables.
+
+What a local Location reads is only what lies in its folder: a link leading out of it, a broken link, and
+anything that is not a regular file or a folder (a FIFO, a device, a socket) is skipped, never opened, and
+recorded in `Location.skipped` (collect lists them in experiment_result.json's `skipped_files` and the
+report). Copies of local files are never more readable than their source (owner rw, group/other read only
+where the source allowed it). Nothing is written through a link leading out of the output folder.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import shutil
+import stat
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Iterator
 
+from evalfleet.analysis.local_files import LINK_OUT, RefusedFile, inside, kind_inside, open_regular
 from evalfleet.errors import UserError
+from evalfleet.secrets import mask_url, strip_url_credentials
+
+log = logging.getLogger("evalfleet.outputs")
 
 S3_ENDPOINT_ENV = ("EVALFLEET_S3_ENDPOINT", "AWS_ENDPOINT_URL")
+COPY_MODE = 0o600  # owner read/write; group and other read only where the source allows it (mode & 0o044)
 
 
 def is_url(target: str) -> bool:
@@ -26,12 +40,38 @@ def is_url(target: str) -> bool:
 
 
 def s3_endpoint(explicit: str | None = None) -> str | None:
+    """The S3 endpoint to use: `--s3-endpoint`, else the first variable of S3_ENDPOINT_ENV that is set,
+    checked to be an http(s)://host[:port] URL (UserError naming the flag or variable otherwise)."""
     if explicit:
-        return explicit
+        return check_endpoint(explicit, where="command line", key="--s3-endpoint")
     for name in S3_ENDPOINT_ENV:
         if os.environ.get(name):
-            return os.environ[name]
+            return check_endpoint(os.environ[name], where="environment", key=name)
     return None
+
+
+def check_endpoint(value: str, *, where: str, key: str) -> str:
+    """`value` if it is an http(s)://host[:port] URL (a path after it is allowed), else a UserError."""
+    from urllib.parse import urlsplit
+
+    problem = None
+    try:
+        parts = urlsplit(value)
+        port = parts.port  # ValueError when not a number in 0..65535
+    except ValueError as exc:
+        parts, port, problem = None, None, str(exc)
+    if parts is not None and parts.scheme.lower() not in ("http", "https"):
+        problem = "the scheme must be http or https"
+    elif parts is not None and not parts.hostname:
+        problem = "no host"
+    elif port == 0:
+        problem = "port 0"
+    elif strip_url_credentials(value)[1]:
+        problem = "it carries credentials; put them in AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY"
+    if problem:
+        raise UserError(f"expected an http(s)://host[:port] URL, got {mask_url(value)!r} ({problem})",
+                        where=where, key=key)
+    return value
 
 
 @dataclass
@@ -41,6 +81,10 @@ class Location:
     url: str
     root: str
     fs: Any = None  # fsspec AbstractFileSystem for URLs, None for local paths
+    skipped: dict[str, str] = field(default_factory=dict, compare=False)  # rel -> why it was not read
+
+    def __post_init__(self) -> None:
+        self.url = mask_url(self.url)  # shown in every message and file: never a URL's credentials
 
     @property
     def is_local(self) -> bool:
@@ -74,14 +118,28 @@ class Location:
         return os.path.isdir(path) if self.is_local else self.fs.isdir(path)
 
     def listdir(self, rel: str = "") -> list[tuple[str, bool]]:
-        """(name, is_dir) of the entries of a folder; empty when it does not exist."""
+        """(name, is_dir) of the entries of a folder; empty when it does not exist. Locally only folders and
+        regular files inside this Location (the rest is recorded in `skipped`)."""
         path = self.join(rel)
         if self.is_local:
+            if rel and self._local_kind(rel) != "dir":
+                return []
             try:
                 with os.scandir(path) as it:
-                    return sorted((e.name, e.is_dir()) for e in it)
+                    entries = list(it)
             except (FileNotFoundError, NotADirectoryError):
                 return []
+            out = []
+            for e in entries:
+                if e.is_dir(follow_symlinks=False):
+                    out.append((e.name, True))
+                elif e.is_file(follow_symlinks=False):
+                    out.append((e.name, False))
+                else:  # a link (followed only while it stays inside) or a FIFO, device, socket
+                    kind = self._local_kind("/".join(p for p in (rel, e.name) if p))
+                    if kind is not None:
+                        out.append((e.name, kind == "dir"))
+            return sorted(out)
         try:
             entries = self.fs.ls(path, detail=True)
         except FileNotFoundError:
@@ -99,11 +157,7 @@ class Location:
         """Paths (relative to this Location) of every file under `rel`."""
         path = self.join(rel)
         if self.is_local:
-            for dirpath, dirnames, filenames in os.walk(path):
-                dirnames.sort()
-                sub = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
-                for name in sorted(filenames):
-                    yield f"{sub}/{name}"
+            yield from self._walk_local(rel.strip("/"), set())
             return
         root = self.root.rstrip("/") + "/"
         for full in sorted(self.fs.find(path)):
@@ -113,9 +167,66 @@ class Location:
     def read_bytes(self, rel: str) -> bytes:
         path = self.join(rel)
         if self.is_local:
-            with open(path, "rb") as f:
+            with self.open_local(rel) as f:
                 return f.read()
         return self.fs.cat_file(path)
+
+    def is_file(self, rel: str) -> bool:
+        """A regular file that may be read (locally: inside this Location; a refusal is recorded)."""
+        if self.is_local:
+            return self._local_kind(rel) == "file"
+        return bool(self.fs.isfile(self.join(rel)))
+
+    # --- the local rule: only what lies in this folder ------------------------------------------
+    def _skip(self, rel: str, why: str) -> None:
+        if rel not in self.skipped:
+            self.skipped[rel] = why
+            log.warning("%s: skipped, %s", self.display(rel), why)
+
+    def _local_kind(self, rel: str) -> str | None:
+        """"file" or "dir" when `rel` is a regular file or folder inside this Location (analysis.local_files'
+        rule), else None: missing, or refused and recorded in `skipped`. Never opens anything."""
+        kind, why = kind_inside(self.root, self.join(rel))
+        if why is not None:
+            self._skip(rel, why)
+        return kind
+
+    def open_local(self, rel: str) -> BinaryIO:
+        """A local regular file inside this Location, opened for reading (analysis.local_files.open_regular);
+        a refusal is recorded in `skipped` and raised as a UserError naming the file."""
+        try:
+            return open_regular(self.root, self.join(rel))
+        except RefusedFile as exc:
+            self._skip(rel, exc.why)
+            raise UserError(f"not read: {exc.why}", where=self.display(rel)) from None
+
+    def copy_mode(self, rel: str) -> int:
+        """The mode a copy of `rel` gets: never more readable than the source (objects in a bucket: 0644)."""
+        if not self.is_local:
+            return COPY_MODE | 0o044
+        return COPY_MODE | (stat.S_IMODE(os.stat(os.path.realpath(self.join(rel))).st_mode) & 0o044)
+
+    def _walk_local(self, rel: str, seen: set[str]) -> Iterator[str]:
+        if self._local_kind(rel) != "dir":
+            return
+        real = os.path.realpath(self.join(rel))
+        if real in seen:  # a link back up the tree
+            return
+        seen.add(real)
+        entries = self.listdir(rel)
+        for name, is_dir in entries:
+            if not is_dir:
+                yield f"{rel}/{name}" if rel else name
+        for name, is_dir in entries:
+            if is_dir:
+                yield from self._walk_local(f"{rel}/{name}" if rel else name, seen)
+
+    def _writable_local(self, path: str) -> None:
+        """Refuse to write through a link leading out of this (output) folder (the file itself is replaced by
+        a rename, so a link in its place is replaced, never followed)."""
+        if not inside(self.root, os.path.dirname(path)):
+            raise UserError(f"not written: {os.path.relpath(path, self.root)} lies behind {LINK_OUT}; remove "
+                            "the link or choose another output", where=self.display())
 
     def size(self, rel: str) -> int | None:
         path = self.join(rel)
@@ -125,45 +236,46 @@ class Location:
             return None
 
     # --- writing -------------------------------------------------------------------------------
-    def write_bytes(self, rel: str, data: bytes) -> None:
+    def write_bytes(self, rel: str, data: bytes, *, mode: int = 0o644) -> None:
         """Write a whole file; locally through a temporary file and a rename, so readers never see half of it."""
         path = self.join(rel)
         if self.is_local:
-            atomic_write_bytes(path, data)
+            self._writable_local(path)
+            atomic_write_bytes(path, data, mode=mode)
         else:
             self.fs.pipe_file(path, data)
 
     def copy_from(self, src: "Location", rel_src: str, rel_dst: str) -> None:
+        """Copy one file; a local source must be a regular file inside `src` (Location.open_local)."""
         dst_path = self.join(rel_dst)
         src_path = src.join(rel_src)
-        if self.is_local and src.is_local:
+        if self.is_local:
+            self._writable_local(dst_path)
+            mode = src.copy_mode(rel_src)
             os.makedirs(os.path.dirname(dst_path), exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dst_path), prefix=".tmp-")
-            os.close(fd)
             try:
-                shutil.copyfile(src_path, tmp)
+                with os.fdopen(fd, "wb") as fout:
+                    if src.is_local:
+                        with src.open_local(rel_src) as fin:
+                            shutil.copyfileobj(fin, fout, length=1 << 20)
+                    else:
+                        with src.fs.open(src_path, "rb") as fin:
+                            shutil.copyfileobj(fin, fout, length=1 << 20)
+                os.chmod(tmp, mode)
                 os.replace(tmp, dst_path)
             except BaseException:
                 _unlink(tmp)
                 raise
         elif src.is_local:
-            self.fs.put_file(src_path, dst_path)
-        elif self.is_local:
-            os.makedirs(os.path.dirname(dst_path), exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dst_path), prefix=".tmp-")
-            os.close(fd)
-            try:
-                src.fs.get_file(src_path, tmp)
-                os.replace(tmp, dst_path)
-            except BaseException:
-                _unlink(tmp)
-                raise
+            with src.open_local(rel_src) as fin, self.fs.open(dst_path, "wb") as fout:
+                shutil.copyfileobj(fin, fout, length=1 << 20)
         else:
             with src.fs.open(src_path, "rb") as fin, self.fs.open(dst_path, "wb") as fout:
                 shutil.copyfileobj(fin, fout, length=1 << 20)
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o644) -> None:
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
@@ -173,7 +285,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         _unlink(tmp)
@@ -193,15 +305,21 @@ def _protocol(fs: Any) -> str:
 
 
 def open_location(target: str, *, endpoint_url: str | None = None, role: str = "source") -> Location:
-    """A Location for a local path or URL. Raises UserError when the URL's filesystem is not available."""
+    """A Location for a local path or URL. Raises UserError when the URL's filesystem is not available, when
+    the URL carries credentials (they belong in the environment: never in a command line, a log or a file),
+    or when the S3 endpoint is not an http(s) URL. Every message shows the URL masked (secrets.mask_url)."""
     if not is_url(target):
         local = target[len("file://"):] if target.startswith("file://") else target
         return Location(url=target, root=str(Path(local).expanduser()))
+    where = mask_url(target)
+    if strip_url_credentials(target)[1]:
+        raise UserError(f"this {role} URL carries credentials; give the URL without them and put them in the "
+                        "environment (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY for s3://)", where=where)
     protocol = target.split("://", 1)[0].lower()
     options: dict[str, Any] = {}
     if protocol in ("s3", "s3a"):
         if importlib.util.find_spec("s3fs") is None:  # only s3:// users need s3fs; fsspec imports it lazily
-            raise UserError("s3:// URLs need the s3fs package (pip install s3fs)", where=target)
+            raise UserError("s3:// URLs need the s3fs package (pip install s3fs)", where=where)
         endpoint = s3_endpoint(endpoint_url)
         # No region_name in client_kwargs: S3-compatible stores refuse bucket creation with it.
         options = {"client_kwargs": {"endpoint_url": endpoint} if endpoint else {},
@@ -212,7 +330,8 @@ def open_location(target: str, *, endpoint_url: str | None = None, role: str = "
 
         fs, root = fsspec.core.url_to_fs(target, **options)
     except ImportError as exc:
-        raise UserError(f"no filesystem for {protocol}:// URLs is installed ({exc})", where=target) from None
+        raise UserError(f"no filesystem for {protocol}:// URLs is installed ({mask_url(str(exc))})",
+                        where=where) from None
     except ValueError as exc:
-        raise UserError(f"cannot open this {role} URL: {exc}", where=target) from None
+        raise UserError(f"cannot open this {role} URL: {mask_url(str(exc))}", where=where) from None
     return Location(url=target, root=root, fs=fs)

@@ -223,7 +223,10 @@ def provenance(experiment_yaml: bytes | None, *, sources: list[str] | None = Non
     }
 
 
-def build_result(runs: list[dict[str, Any]], prov: dict[str, Any]) -> dict[str, Any]:
+def build_result(runs: list[dict[str, Any]], prov: dict[str, Any], *,
+                 skipped: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    """experiment_result.json's content. `skipped`: files the sources held that were not read (a link leading
+    out of its folder, a FIFO, an experiment.yaml that is not an Experiment), as {"path", "why"}."""
     by_status = {s: 0 for s in RUN_STATUSES}
     totals = {"success": 0, "failure": 0, "error": 0, "missing": 0, "recorded": 0, "set_aside": 0}
     for r in runs:
@@ -239,4 +242,5 @@ def build_result(runs: list[dict[str, Any]], prov: dict[str, Any]) -> dict[str, 
         "summary": {"runs": len(runs), "runs_by_status": by_status, "episodes": totals},
         "runs": {r["run"]: r for r in runs},
         "matrix": task_policy_matrix(runs),
+        "skipped_files": list(skipped or []),
     }
