@@ -71,7 +71,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _where(inputs: list[str]) -> str:
-    return ", ".join(inputs)
+    from evalfleet.secrets import mask_url
+
+    return mask_url(", ".join(inputs))
+
+
+def _output_file(given: str | None, flag: str = "--output") -> Path | None:
+    """The file `--output` names (None when not given); a URL is refused (these commands write local files)."""
+    if given is None:
+        return None
+    if "://" in given:
+        from evalfleet.secrets import mask_url
+
+        raise UserError(f"expected a local file path, got the URL {mask_url(given)!r}; write a local file (to "
+                        "put a whole output folder in a bucket: evalfleet collect DIR --output URL)",
+                        where="command line", key=flag)
+    return Path(given)
 
 
 def _default_dir(inputs: list[str]) -> Path:
@@ -115,7 +130,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
     from evalfleet.feedback import enable_cli_feedback
 
-    output = Path(args.output) if args.output else _default_dir(args.inputs) / "plots" / SUCCESS_PLOT
+    output = _output_file(args.output) or _default_dir(args.inputs) / "plots" / SUCCESS_PLOT
     _check_output(output, IMAGE_SUFFIXES)
     enable_cli_feedback()  # progress on stderr for big folders
     record_set = load_records(args.inputs)
@@ -151,7 +166,7 @@ def cmd_sensitivity(args: argparse.Namespace) -> int:
         raise UserError("give an output folder or --episode-results FILE.jsonl", where="command line")
     if args.bins < 1:
         raise UserError(f"--bins must be at least 1, got {args.bins}", where="command line", key="--bins")
-    output = Path(args.output) if args.output else _default_dir(inputs) / "plots" / "sensitivity.png"
+    output = _output_file(args.output) or _default_dir(inputs) / "plots" / "sensitivity.png"
     _check_output(output, IMAGE_SUFFIXES)
     where = _where(inputs)
     record_set, labelled = _load(inputs, args.runs, args.policies)
@@ -202,7 +217,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     if not 0 < args.alpha < 1:
         raise UserError(f"--alpha must lie between 0 and 1, got {args.alpha}", where="command line", key="--alpha")
-    output = Path(args.output) if args.output else _default_dir(args.inputs) / "plots" / f"compare_{args.baseline}.json"
+    output = _output_file(args.output) or _default_dir(args.inputs) / "plots" / f"compare_{args.baseline}.json"
     _check_output(output, (".json",))
     wanted = None
     if args.policies:

@@ -57,6 +57,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from evalfleet.execution.pipeline import run
     from evalfleet.execution.watchdog import WatchdogConfig
 
+    if args.output is not None:  # a URL is refused here, naming the flag, before anything is read or written
+        from evalfleet.execution.output_dir import output_folder
+
+        output_folder(args.output)
     if args.resume and not (args.experiment or args.experiment_cfg) and args.output:
         args.experiment = str(Path(args.output) / "experiment.yaml")
     path = experiment_path(args)

@@ -15,8 +15,19 @@ from evalfleet.experiment.loading import LoadedExperiment
 from evalfleet.experiment.safe_yaml import parse_yaml, read_text_bounded
 
 from evalfleet.outputs.collect import EXPERIMENT_FILE, STATUS_FILE
+from evalfleet.secrets import mask_url
 
 INTERNAL_DIR = ".evalfleet"  # worker logs and heartbeats
+
+
+def output_folder(output: str | os.PathLike[str], *, where: str = "command line", key: str = "--output") -> Path:
+    """The local folder `output` names. A URL (s3://...) is refused before anything is written, shown masked:
+    `evalfleet run` writes a local folder (never one named after a URL); `evalfleet collect` uploads it."""
+    text = os.fspath(output)
+    if isinstance(text, str) and "://" in text:
+        raise UserError(f"expected a local folder, got the URL {mask_url(text)!r}; run into a local folder, then "
+                        "upload it with `evalfleet collect DIR --output URL`", where=where, key=key)
+    return Path(text)
 
 
 def default_output(loaded: LoadedExperiment) -> Path:

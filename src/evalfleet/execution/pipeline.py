@@ -17,7 +17,8 @@ from typing import Callable, Iterable
 
 from evalfleet.errors import UserError
 from evalfleet.execution.backends import Backend, ExecutionJob, WorkerResult, get_backend
-from evalfleet.execution.output_dir import STATUS_FILE, default_output, prepare_output, write_run_status
+from evalfleet.execution.output_dir import (STATUS_FILE, default_output, output_folder, prepare_output,
+                                            write_run_status)
 from evalfleet.execution.standby import EvalfleetMain
 from evalfleet.execution.watchdog import WatchdogConfig
 from evalfleet.experiment.loading import LoadedExperiment, load_experiment
@@ -83,7 +84,7 @@ def prepare(loaded: LoadedExperiment, backend: Backend, output: str | os.PathLik
         check_server_programs(loaded.experiment.runs, loaded.path)
     elif backend.name == "ray":  # its servers bind the node's address: a key, or allow_unauthenticated
         server_commands(loaded.experiment.runs, loaded.path, host="0.0.0.0")
-    out = Path(output) if output is not None else default_output(loaded)
+    out = output_folder(output, where="evalfleet.run", key="output") if output is not None else default_output(loaded)
     prepare_output(out, loaded, resume=resume)
     return out
 
