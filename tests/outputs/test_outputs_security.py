@@ -46,7 +46,7 @@ def cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.
     full = {k: v for k, v in os.environ.items() if k not in ("EVALFLEET_S3_ENDPOINT", "AWS_ENDPOINT_URL")}
     full.update(env or {})
     return subprocess.run([sys.executable, "-m", "evalfleet.cli", *args], cwd=cwd, env=full, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, check=False)
 
 
 # --- 1. links, FIFOs and files that are not what their name says -----------------------------------------
@@ -166,7 +166,8 @@ def test_plot_reader_skips_links_leading_out_and_fifos(tmp_path: Path):
     # A subprocess, so a hang fails this test (after a generous safety net) instead of blocking the suite.
     code = ("import json, sys; from evalfleet.analysis.loading import load_records; r = load_records([sys.argv[1]]); "
             "print(json.dumps({'status': [x['status'] for x in r.records], 'skipped': sorted(r.skipped)}))")
-    proc = subprocess.run([sys.executable, "-c", code, str(src)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code, str(src)], capture_output=True, text=True, timeout=120,
+                          check=False)
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)
     assert got["status"] == ["failure", "failure"]

@@ -94,8 +94,8 @@ def write_report(directory: str | os.PathLike[str], *, title: str | None = None)
         if not isinstance(result, dict) or not isinstance(result.get("runs"), dict):
             raise UserError("not an evalfleet experiment result", where=loc.display(RESULT_FILE))
     if result is None:
-        result = build_result([summarise_run(r.name, r.records, r.summary_status(), set_aside=r.set_aside) for r in runs],
-                              provenance(exp_bytes))
+        summaries = [summarise_run(r.name, r.records, r.summary_status(), set_aside=r.set_aside) for r in runs]
+        result = build_result(summaries, provenance(exp_bytes))
     images = (".png", ".svg", ".jpg", ".jpeg")
     plots = [rel for rel in loc.walk_files(PLOTS_DIR) if rel.lower().endswith(images)] if loc.isdir(PLOTS_DIR) else []
     listed = result.get("skipped_files") if isinstance(result.get("skipped_files"), list) else []
