@@ -37,7 +37,7 @@ def test_an_environment_that_cannot_be_built_fails_its_run_once(case: str, tmp_p
     out = tmp_path / "out"
     environ = {k: v for k, v in os.environ.items() if k not in ("EVALFLEET_FRESH_RUNNERS", "EVALFLEET_PLUGINS")}
     done = subprocess.run([sys.executable, "-m", "evalfleet.cli", "run", str(path), "--output", str(out),
-                           "--workers", "1", "--no-progress"], capture_output=True, text=True, timeout=300,
+                           "--workers", "1", "--no-progress"], capture_output=True, text=True, check=False, timeout=300,
                           stdin=subprocess.DEVNULL, env=environ, cwd=tmp_path)
     assert done.returncode == 1, done.stderr
     status = json.loads((out / "broken" / "run_status.json").read_text())

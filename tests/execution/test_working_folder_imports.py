@@ -49,7 +49,7 @@ def experiment(work: Path, **environment: object) -> Path:
 def cli(work: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if k not in ("EVALFLEET_FRESH_RUNNERS", "EVALFLEET_PLUGINS")}
     return subprocess.run([sys.executable, "-m", "evalfleet.cli", *args], cwd=work, capture_output=True, text=True,
-                          timeout=300, stdin=subprocess.DEVNULL, env={**environ, **env})
+                          check=False, timeout=300, stdin=subprocess.DEVNULL, env={**environ, **env})
 
 
 def test_plan_imports_nothing_that_import_names(work: Path) -> None:
@@ -107,8 +107,8 @@ def test_a_restarted_runner_never_imports_from_the_working_folder(work: Path) ->
     command = runner_command(path, out)
     assert "-P" in command[1:command.index("-m")]
     environ = {k: v for k, v in os.environ.items() if k != "EVALFLEET_PLUGINS"}
-    done = subprocess.run(command, cwd=work, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
-                          env=environ)
+    done = subprocess.run(command, cwd=work, capture_output=True, text=True, check=False, timeout=300,
+                          stdin=subprocess.DEVNULL, env=environ)
     assert done.returncode == 0, done.stderr  # the Run failed; the runner did its job
     check_refused_import(out, work)
 
@@ -117,10 +117,11 @@ def test_a_runner_forked_from_python_dash_m_drops_the_working_folder(work: Path)
     """What a standby child (or a runner on Python 3.10, which has no -P) does before importing anything."""
     code = ("import sys; from evalfleet.interpreter import drop_working_folder; drop_working_folder(); "
             "import importlib.util; print(importlib.util.find_spec('evilpkg') is None)")
-    done = subprocess.run([sys.executable, "-c", code], cwd=work, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", code], cwd=work, capture_output=True, text=True, check=False,
+                          timeout=60)
     assert done.stdout.strip() == "True", done.stderr
-    explicit = subprocess.run([sys.executable, "-c", code], cwd=work, capture_output=True, text=True, timeout=60,
-                              env={**os.environ, "PYTHONPATH": str(work)})
+    explicit = subprocess.run([sys.executable, "-c", code], cwd=work, capture_output=True, text=True, check=False,
+                              timeout=60, env={**os.environ, "PYTHONPATH": str(work)})
     assert explicit.stdout.strip() == "False", explicit.stderr  # named on purpose: kept
 
 

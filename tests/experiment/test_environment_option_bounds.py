@@ -73,7 +73,8 @@ def test_run_with_an_oversized_image_writes_nothing(tmp_path: Path, monkeypatch:
 @pytest.mark.parametrize("size", [8, MAX_IMAGE_SIDE, [8, MAX_IMAGE_SIDE], [480, 640]])
 def test_sizes_within_the_bounds_load(size: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for environment in (f"{{type: metaworld, task: push-v3, image_size: {size}}}",
-                        f"{{type: robosuite, image_size: {size}}}", f"{{type: aloha, task: insertion, image_size: {size}}}",
+                        f"{{type: robosuite, image_size: {size}}}",
+                        f"{{type: aloha, task: insertion, image_size: {size}}}",
                         f"{{type: libero, camera_size: {size}}}"):
         path = tmp_path / "e.yaml"
         path.write_text(doc(environment))

@@ -27,11 +27,9 @@ def key_parts(loc: tuple[Any, ...], document: Any = _UNKNOWN) -> list[str]:
     node = document
     for i, part in enumerate(loc):
         last = i == len(loc) - 1
-        if isinstance(node, dict) and part in node:
-            parts.append(str(part))
-            node = node[part]
-        elif isinstance(node, (list, tuple)) and isinstance(part, int) and 0 <= part < len(node):
-            parts.append(str(part))
+        if (isinstance(node, dict) and part in node) or (
+                isinstance(node, (list, tuple)) and isinstance(part, int) and 0 <= part < len(node)):
+            parts.append(str(part))  # a key of a mapping, or an index of a list
             node = node[part]
         elif node is not _UNKNOWN and not isinstance(node, (dict, list, tuple)):
             continue  # a scalar has no keys: the part names the union member tried on it

@@ -22,7 +22,8 @@ MAX_IMAGE_SIDE = 4096  # a 4096×4096 RGB frame is 48 MiB; larger is a typo, not
 
 def reject_bool(value: Any) -> Any:
     if isinstance(value, bool):
-        raise ValueError(f"expected an integer, not a boolean (got {value!r})")  # noqa: TRY004 - pydantic reports ValueError
+        # pydantic turns a ValueError (not a TypeError) into a validation error
+        raise ValueError(f"expected an integer, not a boolean (got {value!r})")  # noqa: TRY004
     return value
 
 
