@@ -51,7 +51,7 @@ def test_dry_run_renders_arenas_runner_per_run_wired_to_its_server() -> None:
         run_sh, attempt_sh = files["/tmp/evalfleet/run.sh"], files["/tmp/evalfleet/arena_attempt.sh"]
         assert "-m evalfleet.execution.watchdog" in run_sh and "--liveness-from-files" in run_sh
         assert "--startup-timeout 1800" in run_sh  # experiment_runner.startup_grace_s
-        assert "-- bash \"$TASK_DIR/arena_attempt.sh\"" in run_sh
+        assert "-- bash \"$TASK_DIR\"/arena_attempt.sh" in run_sh
         command = next(line for line in attempt_sh.splitlines() if "experiment_runner.py" in line)
         argv = shlex.split(command.split(" 2>&1 |")[0])
         assert argv[:3] == ["/isaac-sim/python.sh", "isaaclab_arena/evaluation/experiment_runner.py",

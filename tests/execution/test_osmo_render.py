@@ -114,7 +114,7 @@ def test_arena_dry_run_with_pi0_and_cosmos_servers():
         assert policy["remote_port"] == binding.default_port
         command = binding.command({k: v for k, v in policy.items() if k != "type"}, "0.0.0.0", binding.default_port)
         serve = task_file(server, "serve.sh")
-        assert " ".join(command.argv[:3]) in serve and f"exec env" in serve
+        assert " ".join(command.argv[:3]) in serve and "exec -- " in serve
         assert server["image"] == command.image
         assert f"SERVER_HOST='{{{{host:{server['name']}}}}}'" in task_file(runner, "run.sh")
 

@@ -150,8 +150,6 @@ def test_shell_metacharacters_cannot_inject(tmp_path, write_experiment):
             scripts.append((task["name"], fill_tokens(script, tmp_path / "out" / task["name"],
                                                       [tmp_path / "in0", tmp_path / "in1"])))
     for name, script in scripts:
-        if name.startswith("server-"):  # `exec env evalfleet serve ...` → the recorder
-            script = script.replace("exec env ", "exec ")
         if name.startswith("runner-served"):
             script = script.replace("seq 900", "seq 1")  # no server listens here
         proc = subprocess.run(["bash", "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=60)

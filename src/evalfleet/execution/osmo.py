@@ -29,8 +29,9 @@ Shape of a rendered workflow (see docs/cluster.md)::
 * The server task runs the binding's `ServerCommand.shell()` bound to 0.0.0.0 on the binding's port.
 * The collect task runs ``evalfleet collect {{input:0}} ... --output <osmo.output_url>`` (``{{workflow_id}}``
   is left for OSMO to fill in); without `osmo.output_url` it collects into its own ``{{output}}``.
-* Every value placed in a shell line goes through `shlex.quote`; a user value containing ``{{`` is refused,
-  because OSMO would read it as one of its tokens.
+* Every value placed in a shell line goes through `evalfleet.shell` (one quoting rule: a value is one word bash
+  never expands; only the script's own variables, `shell.Var`, expand); a user value containing ``{{`` is
+  refused, because OSMO would read it as one of its tokens.
 * Before anything is rendered: servers that need different pools or platforms, or an `osmo.*` profile that
   falls short of what a server binding needs (GPUs, CPUs, memory, platform), are a UserError (exit 2).
 * An Experiment needing more than `osmo.max_tasks` tasks is split into several workflows, each a complete
@@ -44,12 +45,10 @@ Shape of a rendered workflow (see docs/cluster.md)::
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -60,9 +59,16 @@ from typing import Any
 
 import yaml
 
+from evalfleet import shell as sh
 from evalfleet.errors import UserError
 from evalfleet.execution.backends import BACKENDS, BackendBase
-from evalfleet.execution.settings import OSMO_NAME, OSMO_NAME_MAX, OsmoSettings, backend_settings
+from evalfleet.execution.settings import (
+    OSMO_NAME,
+    OSMO_NAME_MAX,
+    OsmoSettings,
+    backend_settings,
+    check_backend_settings,
+)
 from evalfleet.secrets import looks_secret, strip_url_credentials
 
 WHERE = "command line"
@@ -105,6 +111,8 @@ class _BlockDumper(yaml.SafeDumper):
 
 
 def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    if any(c in value for c in "\r\x85\u2028\u2029"):  # YAML line breaks: only escaped do they read back intact
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style='"')
     style = "|" if "\n" in value and not any(line != line.rstrip() for line in value.splitlines()) else None
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
@@ -251,37 +259,37 @@ def run_document(loaded: Any, run: str, policy: dict[str, Any] | None = None) ->
 
 def runner_script(run: str, task: str, policy: str, planned: int | None, server_host: str | None,
                   server_port: int | None) -> str:
-    q = shlex.quote
-    out = "{{output}}"
     lines = [
         "#!/bin/bash",
         "# evalfleet runner task: watchdog → runner; always exits 0 and leaves <run>/run_status.json.",
         "set -u",
-        f"OUT={out}",
-        f"EXP={q(TASK_DIR + '/experiment.yaml')}",
-        f"RUN={q(run)}",
-    ]
-    if server_host is not None:
-        lines += [
-            f"SERVER_HOST={q(server_host)}",
-            f"SERVER_PORT={q(str(server_port))}",
-            f"for _ in $(seq {SERVER_WAIT_S // 2}); do",
-            '  (exec 3<>"/dev/tcp/$SERVER_HOST/$SERVER_PORT") 2>/dev/null && break',
-            "  sleep 2",
-            "done",
-        ]
-    lines += [
-        f"evalfleet watchdog --heartbeat {q(TASK_DIR + '/heartbeat.json')}"
-        f" --status-file {q(TASK_DIR + '/watchdog_status.json')} -- evalfleet runner \"$EXP\" --output \"$OUT\"",
+        sh.assign("OUT", "{{output}}"),
+        sh.assign("EXP", TASK_DIR + "/experiment.yaml"),
+        sh.assign("RUN", run, key="runs"),
+        *_wait_for_server(server_host, server_port),
+        sh.command("evalfleet", "watchdog", "--heartbeat", TASK_DIR + "/heartbeat.json", "--status-file",
+                   TASK_DIR + "/watchdog_status.json", "--", "evalfleet", "runner", sh.Var("EXP"), "--output",
+                   sh.Var("OUT")),
         "RC=$?",
-        "\"$(command -v python3 || command -v python)\" -m evalfleet.execution.osmo finish-run --output \"$OUT\" --run \"$RUN\" --exit-code \"$RC\""
-        f" --task {q(task)} --policy {q(policy)}"
-        + (f" --planned {int(planned)}" if planned is not None else "")
-        + f" --watchdog-status {q(TASK_DIR + '/watchdog_status.json')}",
+        sh.command(sh.Raw('"$(command -v python3 || command -v python)"'), "-m", "evalfleet.execution.osmo",
+                   "finish-run", "--output", sh.Var("OUT"), "--run", sh.Var("RUN"), "--exit-code", sh.Var("RC"),
+                   "--task", task, "--policy", policy, *(["--planned", int(planned)] if planned is not None else []),
+                   "--watchdog-status", TASK_DIR + "/watchdog_status.json", key=f"runs.{run}"),
         "exit 0",
         "",
     ]
     return "\n".join(lines)
+
+
+def _wait_for_server(host: str | None, port: int | None) -> list[str]:
+    """Wait (at most SERVER_WAIT_S) for the server task's port; OSMO fills in the `{{host:...}}` token."""
+    if host is None:
+        return []
+    return [sh.assign("SERVER_HOST", host), sh.assign("SERVER_PORT", str(port)),
+            f"for _ in $(seq {SERVER_WAIT_S // 2}); do",
+            '  (exec 3<>"/dev/tcp/$SERVER_HOST/$SERVER_PORT") 2>/dev/null && break',
+            "  sleep 2",
+            "done"]
 
 
 # ============================================================================ Arena Runs
@@ -336,8 +344,10 @@ def arena_planned_episodes(run: Any) -> int | None:
     return None if n is None else n * (run.num_rebuilds or 1)
 
 
-def arena_runner_command(settings: Any, config: str, output: str) -> list[str]:
-    """Arena's documented runner command line (osmo/tasks/experiment_runner_task.py)."""
+def arena_runner_command(settings: Any, config: sh.Piece | tuple[sh.Piece, ...],
+                         output: sh.Piece | tuple[sh.Piece, ...]) -> list[Any]:
+    """Arena's documented runner command line (osmo/tasks/experiment_runner_task.py); `config` and `output` may
+    be the script's own variables (`shell.Var`), never expanded from a user value."""
     argv = [settings.python, ARENA_RUNNER_SCRIPT, "--experiment_config", config, "--experiment_output_directory",
             output, "--viz", "none", "--enable_cameras"]
     if settings.record_camera_video:
@@ -350,8 +360,8 @@ def arena_runner_command(settings: Any, config: str, output: str) -> list[str]:
 def arena_attempt_script(settings: Any) -> str:
     """One attempt: Arena's runner into this attempt's own folder, its log beside it (the watchdog's liveness
     reads both). $OUT, $TASK_DIR and EVALFLEET_ATTEMPT come from run.sh and the watchdog."""
-    argv = arena_runner_command(settings, "$TASK_DIR/arena_experiment.yaml", "$DIR")
-    line = " ".join(f'"{a}"' if a.startswith("$") else shlex.quote(a) for a in argv)
+    argv = arena_runner_command(settings, (sh.Var("TASK_DIR"), "/arena_experiment.yaml"), sh.Var("DIR"))
+    line = sh.command(*argv, key="experiment_runner.python")
     return "\n".join([
         "#!/bin/bash",
         "# one attempt of Arena's runner: a fresh output folder per attempt, so a restart keeps what came before",
@@ -371,9 +381,8 @@ def arena_runner_script(run: str, task: str, policy: str, planned: int | None, s
                         server_port: int | None, settings: Any, metadata: dict[str, Any]) -> str:
     """run.sh of an Arena Run's runner task. Always exits 0 and leaves <run>/run_status.json and Arena's
     experiment_runner_result.json, also when evalfleet cannot be found in the image."""
-    q = shlex.quote
-    attempts = f"$OUT/{ARENA_ATTEMPTS_DIR}"
-    liveness = [f"{attempts}/{ATTEMPT_FOLDER}/**", f"{attempts}/{ATTEMPT_FOLDER}.log"]
+    q = sh.quote
+    liveness = [f"/{ARENA_ATTEMPTS_DIR}/{ATTEMPT_FOLDER}/**", f"/{ARENA_ATTEMPTS_DIR}/{ATTEMPT_FOLDER}.log"]
     missing = "evalfleet is not installed in experiment_runner.image (its watchdog supervises Arena's runner):" \
         " install it there or set experiment_runner.evalfleet_pip"
     lines = [
@@ -381,23 +390,14 @@ def arena_runner_script(run: str, task: str, policy: str, planned: int | None, s
         "# evalfleet runner task, Isaac Lab Arena Run: evalfleet's watchdog -> Arena's experiment_runner.py;",
         "# always exits 0 and leaves <run>/run_status.json and experiment_runner_result.json.",
         "set -u",
-        "OUT={{output}}",
-        f"TASK_DIR={q(TASK_DIR)}",
-        f"RUN={q(run)}",
-        f"ARENA_PY={q(settings.python)}",
+        sh.assign("OUT", "{{output}}"),
+        sh.assign("TASK_DIR", TASK_DIR),
+        sh.assign("RUN", run, key="runs"),
+        sh.assign("ARENA_PY", settings.python, key="experiment_runner.python"),
         "export OUT TASK_DIR",
         'mkdir -p "$OUT/$RUN"',
-    ]
-    if server_host is not None:
-        lines += [
-            f"SERVER_HOST={q(server_host)}",
-            f"SERVER_PORT={q(str(server_port))}",
-            f"for _ in $(seq {SERVER_WAIT_S // 2}); do",
-            '  (exec 3<>"/dev/tcp/$SERVER_HOST/$SERVER_PORT") 2>/dev/null && break',
-            "  sleep 2",
-            "done",
-        ]
-    lines += [
+        *_wait_for_server(server_host, server_port),
+
         'EF_PY=""',
         'for candidate in python3 python "$ARENA_PY"; do',
         '  if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c "import evalfleet" 2>/dev/null; then',
@@ -407,37 +407,41 @@ def arena_runner_script(run: str, task: str, policy: str, planned: int | None, s
     ]
     if settings.evalfleet_pip:
         lines += [
-            'if [ -z "$EF_PY" ] && "$ARENA_PY" -m pip install --quiet ' + q(settings.evalfleet_pip) +
+            'if [ -z "$EF_PY" ] && "$ARENA_PY" -m pip install --quiet ' + q(settings.evalfleet_pip, key="experiment_runner.evalfleet_pip") +
             ' && "$ARENA_PY" -c "import evalfleet"; then EF_PY="$ARENA_PY"; fi',
         ]
     lines += ['if [ -z "$EF_PY" ]; then', f"  echo {q('evalfleet: ' + missing)} >&2"]
-    # (a heredoc's end line must start at column 0)
+    # (a heredoc's end line must start at column 0; JSON is one ASCII line, never the end line; the quoted
+    # delimiter expands nothing)
     lines += [x for x in _heredoc('"$OUT/$RUN/run_status.json"', json.dumps(
         {"run": run, "task": task, "policy": policy, "planned_episodes": planned, "state": "failed",
          "reason": missing}))]
     lines += [x for x in _heredoc(f'"$OUT/{ARENA_RESULT_FILE}"', json.dumps(
         {"execution_status": "failed", "process_exit_code": 127, "runs": metadata}))]
     lines += ["  exit 0", "fi"]
-    watchdog = [
-        '"$EF_PY"', "-m", "evalfleet.execution.watchdog",
+    task_dir = sh.Var("TASK_DIR")
+    watchdog: list[Any] = [
+        sh.Var("EF_PY"), "-m", "evalfleet.execution.watchdog",
         "--startup-timeout", f"{settings.startup_grace_s:g}", "--stall-timeout", f"{settings.stall_s:g}",
-        "--max-restarts", str(settings.max_restarts), "--backoff", f"{settings.restart_backoff_s:g}",
-        "--heartbeat", '"$TASK_DIR/heartbeat.json"', "--status-file", '"$TASK_DIR/watchdog_status.json"',
+        "--max-restarts", settings.max_restarts, "--backoff", f"{settings.restart_backoff_s:g}",
+        "--heartbeat", (task_dir, "/heartbeat.json"), "--status-file", (task_dir, "/watchdog_status.json"),
     ]
     for pattern in liveness:
-        watchdog += ["--liveness-from-files", f'"{pattern}"']
-    watchdog += ["--", "bash", '"$TASK_DIR/arena_attempt.sh"']
+        watchdog += ["--liveness-from-files", (sh.Var("OUT"), pattern)]
+    watchdog += ["--", "bash", (task_dir, "/arena_attempt.sh")]
     lines += [
         '"$EF_PY" -m evalfleet.execution.osmo arena-config --template "$TASK_DIR/experiment.yaml"'
         ' --output "$TASK_DIR/arena_experiment.yaml"',
         "RC=$?",
         'if [ "$RC" -eq 0 ]; then',
-        "  " + " ".join(watchdog),
+        "  " + sh.command(*watchdog),
         "  RC=$?",
         "fi",
-        '"$EF_PY" -m evalfleet.execution.osmo finish-arena-run --output "$OUT" --run "$RUN" --exit-code "$RC"'
-        f" --task {q(task)} --policy {q(policy)}" + (f" --planned {int(planned)}" if planned is not None else "")
-        + ' --watchdog-status "$TASK_DIR/watchdog_status.json"' + f" --runs-metadata {q(json.dumps(metadata))}",
+        sh.command(sh.Var("EF_PY"), "-m", "evalfleet.execution.osmo", "finish-arena-run", "--output", sh.Var("OUT"),
+                   "--run", sh.Var("RUN"), "--exit-code", sh.Var("RC"), "--task", task, "--policy", policy,
+                   *(["--planned", int(planned)] if planned is not None else []),
+                   "--watchdog-status", (task_dir, "/watchdog_status.json"), "--runs-metadata", json.dumps(metadata),
+                   key=f"runs.{run}"),
         "exit 0",
         "",
     ]
@@ -474,12 +478,7 @@ def render_group(loaded: Any, p: RunPlacement, settings: OsmoSettings) -> dict[s
         host, port = f"{{{{host:{p.server}}}}}", binding.default_port
         policy = binding.wire_client(policy, host, port)
         command = binding.command(policy, "0.0.0.0", port, _policy_context(loaded, p.run))
-        lines = ["#!/bin/bash", "set -u"]
-        if command.cwd:
-            lines.append(f"cd {shlex.quote(command.cwd)}")
-        # `env` so that the binding's environment assignments can follow `exec`.
-        lines.append(f"exec env {dataclasses.replace(command, cwd=None).shell()}")
-        serve = "\n".join([*lines, ""])
+        serve = server_script(command, key=f"runs.{p.run}.policy")
         server_task = {
             "name": p.server,
             "image": command.image or settings.image,
@@ -518,6 +517,17 @@ def render_group(loaded: Any, p: RunPlacement, settings: OsmoSettings) -> dict[s
     if server_task:
         tasks.append(server_task)
     return {"name": p.group, "tasks": tasks}
+
+
+def server_script(command: Any, *, key: str) -> str:
+    """serve.sh: the binding's `ServerCommand` (cwd, variables, argv), every value quoted by `evalfleet.shell`;
+    `exec` so that OSMO's signals reach the server itself."""
+    lines = ["#!/bin/bash", "set -u"]
+    if command.cwd:
+        lines.append(sh.command("cd", "--", command.cwd, key=key))
+    lines += ["export " + sh.assign(name, value, key=key) for name, value in command.env.items()]
+    lines.append(sh.command("exec", "--", *command.argv, key=key))
+    return "\n".join([*lines, ""])
 
 
 def _policy_context(loaded: Any, run: str) -> Any:
@@ -563,15 +573,15 @@ def output_credentials(settings: OsmoSettings) -> tuple[str | None, dict[str, An
 
 
 def collect_group(runners: list[str], settings: OsmoSettings, experiment_yaml: str) -> dict[str, Any]:
-    q = shlex.quote
     url, credentials = output_credentials(settings)
     output = url or "{{output}}/collected"
-    sources = " ".join(f"{{{{input:{i}}}}}" for i in range(len(runners)))
+    sources = [f"{{{{input:{i}}}}}" for i in range(len(runners))]
     script = "\n".join([
         "#!/bin/bash",
         "# evalfleet collect task: merge every Run's logs and upload the report.",
         "set -eu",
-        f"evalfleet collect {q(TASK_DIR + '/experiment')} {sources} --output {q(output)}",
+        sh.command("evalfleet", "collect", TASK_DIR + "/experiment", *sources, "--output", output,
+                   key="osmo.output_url"),
         "",
     ])
     return {"name": "collect-group", "tasks": [{
@@ -622,6 +632,7 @@ def split(places: list[RunPlacement], max_tasks: int) -> list[list[RunPlacement]
 def render_workflows(loaded: Any, settings: OsmoSettings | None = None) -> list[RenderedWorkflow]:
     """Every workflow the Experiment needs (one unless it has more than osmo.max_tasks tasks)."""
     given = (loaded.backend_settings or {}).get("osmo") or {}
+    check_backend_settings(loaded.backend_settings)  # experiment_runner.* too, also without an Arena Run
     settings = settings or backend_settings("osmo", loaded.backend_settings)
     assert isinstance(settings, OsmoSettings)
     places = placements(loaded)

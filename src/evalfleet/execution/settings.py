@@ -29,6 +29,39 @@ OSMO_NAME_MAX = 63
 QUANTITY = re.compile(r"^(\d+(\.\d+)?)(Ki|Mi|Gi|Ti)$")
 # A duration OSMO accepts for timeouts: seconds, or 1d2h30m10s-style.
 DURATION = re.compile(r"^(\d+d)?(\d+h)?(\d+m)?(\d+s)?$")
+DURATION_S = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+# A container image reference (the OCI distribution grammar): [registry[:port]/]path[:tag][@digest], the path's
+# components lowercase; e.g. nvcr.io/team/arena:1.0, evalfleet:latest, ghcr.io/o/x@sha256:<hex>.
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REGISTRY = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::\d+)?/)"
+IMAGE = re.compile(rf"^{_REGISTRY}?{_COMPONENT}(?:/{_COMPONENT})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
+                   r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$")
+IMAGE_MAX = 255
+# Pool, platform and credential names as OSMO names its objects: a letter or digit first and last; letters,
+# digits, '-', '_' and '.' between; at most 63 characters (Kubernetes object names). Never an option (`-x`).
+OSMO_OBJECT = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _not_bool(v: Any) -> Any:
+    """true/false is not a number (pydantic would read true as 1)."""
+    if isinstance(v, bool):
+        raise ValueError(f"must be a number, not {str(v).lower()}")  # noqa: TRY004 (pydantic reports ValueError)
+    return v
+
+
+def _one_line(v: Any, what: str) -> Any:
+    """A path, URL or requirement on one line: no NUL, line break or other control character."""
+    if isinstance(v, str) and CONTROL.search(v):
+        raise ValueError(f"must be {what} on one line: no NUL, line break or other control character")
+    return v
+
+
+def _no_osmo_token(v: Any) -> Any:
+    """OSMO substitutes `{{...}}` in a task's files before the script runs."""
+    if isinstance(v, str) and re.search(r"\{\{.*?\}\}", v):
+        raise ValueError(f"{v!r} holds a {{{{...}}}} token OSMO would substitute; remove the double braces")
+    return v
 
 
 class OsmoSettings(BaseModel):
@@ -77,7 +110,32 @@ class OsmoSettings(BaseModel):
             return f"{v}s"
         if not isinstance(v, str) or not v or not DURATION.match(v):
             raise ValueError(f"{v!r} is not a duration, e.g. 12h, 90m or 1d12h")
+        if not sum(int(n) * DURATION_S[u] for n, u in re.findall(r"(\d+)([dhms])", v)):
+            raise ValueError(f"{v!r} is no time at all: give a positive duration, e.g. 12h, or leave it out")
         return v
+
+    @field_validator("gpus", "cpus", "max_tasks", "max_parallel_runs", mode="before")
+    @classmethod
+    def number(cls, v: Any) -> Any:
+        return _not_bool(v)
+
+    @field_validator("pool", "platform", "credential")
+    @classmethod
+    def object_name(cls, v: str | None) -> str | None:
+        if v is not None and not OSMO_OBJECT.match(v):
+            raise ValueError(f"{v!r} is not an OSMO name: letters, digits, '-', '_' and '.', starting and ending"
+                             " with a letter or digit, at most 63 characters")
+        return v
+
+    @field_validator("image")
+    @classmethod
+    def image_reference(cls, v: str) -> str:
+        return _image(v)
+
+    @field_validator("output_url")
+    @classmethod
+    def url_line(cls, v: str | None) -> str | None:
+        return _one_line(v, "a URL")
 
     @field_validator("workflow_name")
     @classmethod
@@ -87,7 +145,7 @@ class OsmoSettings(BaseModel):
                              f" end with a letter or digit, at most {OSMO_NAME_MAX - 12} characters")
         return v
 
-    @field_validator("pool", "platform", "image", "output_url")
+    @field_validator("pool", "platform", "image", "output_url", mode="before")
     @classmethod
     def non_empty(cls, v: str | None) -> str | None:
         if v is not None and not str(v).strip():
@@ -96,6 +154,13 @@ class OsmoSettings(BaseModel):
 
     def memory_gib(self) -> float:
         return quantity_gib(self.memory)
+
+
+def _image(v: str) -> str:
+    if len(v) > IMAGE_MAX or not IMAGE.match(v):
+        raise ValueError(f"{v!r} is not a container image reference: [registry[:port]/]name[:tag][@digest], the"
+                         " name in lowercase, e.g. nvcr.io/team/arena:1.0")
+    return v
 
 
 def quantity_gib(text: str) -> float:
@@ -129,13 +194,36 @@ class ExperimentRunnerSettings(BaseModel):
     evalfleet_pip: str | None = Field(default=None, description="pip requirement installed with `python` when"
                                       " the image lacks evalfleet (its watchdog supervises Arena's runner)")
 
-    @field_validator("image", "python")
+    @field_validator("image", "python", mode="before")
     @classmethod
     def non_empty(cls, v: str) -> str:
-        if not str(v).strip():
+        if isinstance(v, str) and not v.strip():
             raise ValueError("must not be empty (leave it out for the default)")
         return v
 
+    @field_validator("image")
+    @classmethod
+    def image_reference(cls, v: str) -> str:
+        return _image(v)
+
+    @field_validator("python")
+    @classmethod
+    def path_line(cls, v: str) -> str:
+        return _no_osmo_token(_one_line(v, "a path"))
+
+    @field_validator("evalfleet_pip")
+    @classmethod
+    def requirement_line(cls, v: str | None) -> str | None:
+        return _no_osmo_token(_one_line(v, "a pip requirement"))
+
+    @field_validator("max_restarts", "startup_grace_s", "stall_s", "restart_backoff_s", mode="before")
+    @classmethod
+    def number(cls, v: Any) -> Any:
+        return _not_bool(v)
+
+
+# Named like a secret but holding a name: `osmo.credential` is which OSMO credential to read, not its value.
+NOT_SECRET = {"osmo.credential"}
 
 # Backend root → settings model. The Ray backend adds "ray" here.
 BACKEND_SETTINGS: dict[str, type[BaseModel]] = {"osmo": OsmoSettings, "experiment_runner": ExperimentRunnerSettings}
@@ -168,6 +256,13 @@ def backend_settings(root: str, settings: dict[str, Any] | None) -> BaseModel:
         raise UserError(msg, where=WHERE, key=key) from None
 
 
+def check_backend_settings(settings: dict[str, Any] | None) -> None:
+    """Every registered backend's settings validated (a UserError names the key): what `plan` and `submit` check
+    before they print or write anything."""
+    for root in BACKEND_SETTINGS:
+        backend_settings(root, settings)
+
+
 def backend_setting_leaves(settings: dict[str, Any] | None) -> list[str]:
     """`root.key=value` for every setting of every registered backend, with its effective value."""
     from evalfleet.experiment.overrides import format_value
@@ -176,5 +271,6 @@ def backend_setting_leaves(settings: dict[str, Any] | None) -> list[str]:
     lines: list[str] = []
     for root in BACKEND_SETTINGS:
         values = backend_settings(root, settings).model_dump(mode="json")
-        lines.extend(f"{root}.{key}={format_value(mask_value(key, value))}" for key, value in values.items())
+        lines.extend(f"{root}.{key}={format_value(value if f'{root}.{key}' in NOT_SECRET else mask_value(key, value))}"
+                     for key, value in values.items())
     return lines

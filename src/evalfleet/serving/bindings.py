@@ -41,11 +41,11 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from evalfleet import shell as sh
 from evalfleet.errors import UserError
 from evalfleet.registry import Registry
 from evalfleet.serving.common import is_loopback
@@ -66,13 +66,14 @@ class ServerCommand:
     image: str | None = None  # container image for cluster backends; None: evalfleet's own image
 
     def shell(self, *, hide: tuple[str, ...] = ()) -> str:
-        """One shell line, e.g. for a cluster task script. Env values named in `hide` are masked."""
+        """One shell line (evalfleet.shell's quoting: no value is ever expanded). Env values named in `hide`
+        are masked."""
         parts = []
         if self.cwd:
-            parts.append(f"cd {shlex.quote(self.cwd)} &&")
+            parts.append(f"{sh.command('cd', '--', self.cwd)} &&")
         for key, value in self.env.items():
-            parts.append(f"{key}={'***' if key in hide else shlex.quote(value)}")
-        parts.append(shlex.join(self.argv))
+            parts.append(sh.assign(key, sh.Raw("***")) if key in hide else sh.assign(key, value))
+        parts.append(sh.command(*self.argv))
         return " ".join(parts)
 
 
