@@ -84,6 +84,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from evalfleet.textlayout import output_width
 
     loaded = load_experiment(path, args.overrides)
+    from evalfleet.execution.settings import check_backend_settings
+
+    check_backend_settings(loaded.backend_settings)  # a wrong osmo.* / experiment_runner.* key: exit 2 here too
     plan = make_plan(loaded, shard_size=args.shard_size, workers=args.workers)
     if args.json:
         json.dump(plan.to_json(), sys.stdout, indent=1)
