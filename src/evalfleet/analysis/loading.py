@@ -22,7 +22,6 @@ import json
 import logging
 import math
 import os
-import re
 import tarfile
 import tempfile
 from dataclasses import dataclass, field
@@ -32,13 +31,15 @@ from typing import Any, Iterable
 from evalfleet.analysis.local_files import kind_inside, open_regular
 from evalfleet.errors import UserError
 from evalfleet.feedback import is_long, track
+from evalfleet.layout import (ARENA_RECORDS, ARENA_VIDEO, EXPERIMENT_FILE, PARTS_DIR, RECORDS_FILE, RECORDS_PREFIX,
+                              RECORDS_SUFFIX, STATUS_FILE, is_records_name)
 from evalfleet.secrets import mask_url
 from evalfleet.rollout.records import STATUSES, RunRecords, RunScope, SetAside, iter_record_dicts
 
 log = logging.getLogger("evalfleet.analysis")
 
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")
-LOOKED_FOR = "episode_results*.jsonl, <run>/parts/*.jsonl or .tar/.tar.gz archives of them"
+LOOKED_FOR = f"{RECORDS_PREFIX}*{RECORDS_SUFFIX}, <run>/{PARTS_DIR}/*.jsonl or .tar/.tar.gz archives of them"
 
 
 @dataclass
@@ -68,30 +69,28 @@ def is_archive(path: Path | PurePosixPath) -> bool:
     return path.name.endswith(ARCHIVE_SUFFIXES)
 
 
-def _is_merged_name(name: str) -> bool:
-    return name.startswith("episode_results") and name.endswith(".jsonl")
-
-
 def select_record_files(paths: Iterable[PurePosixPath]) -> list[PurePosixPath]:
     """From a set of relative file paths, the record files to read: every episode_results*.jsonl, plus
     parts/*.jsonl of a run folder that has no merged file (yet)."""
     paths = sorted(set(paths))
-    merged_dirs = {p.parent for p in paths if _is_merged_name(p.name)}
+    merged_dirs = {p.parent for p in paths if is_records_name(p.name)}
     chosen = []
     for p in paths:
-        if _is_merged_name(p.name):
+        if is_records_name(p.name):
             chosen.append(p)
-        elif p.suffix == ".jsonl" and p.parent.name == "parts" and p.parent.parent not in merged_dirs:
+        elif p.suffix == ".jsonl" and p.parent.name == PARTS_DIR and p.parent.parent not in merged_dirs:
             chosen.append(p)
     return chosen
 
 
 def default_run_name(rel: PurePosixPath, fallback: str) -> str:
     """The Run a record file belongs to when its lines do not say: its folder (the folder above parts/)."""
-    parent = rel.parent
-    if parent.name == "parts":
-        parent = parent.parent
-    return parent.name or fallback
+    return run_folder_of(rel).name or fallback
+
+
+def run_folder_of(rel: PurePosixPath) -> PurePosixPath:
+    """The Run folder a record file lies in: its own folder, or the one above parts/."""
+    return rel.parent.parent if rel.parent.name == PARTS_DIR else rel.parent
 
 
 class _Normaliser:
@@ -162,7 +161,7 @@ class _Merger:
 
 def _planned_episodes(root: Path, run_dir: Path) -> int | None:
     try:
-        with open_regular(str(root), str(run_dir / "run_status.json")) as f:
+        with open_regular(str(root), str(run_dir / STATUS_FILE)) as f:
             status = json.loads(f.read().decode("utf-8"))
     except (OSError, ValueError):
         return None
@@ -238,10 +237,7 @@ def load_records(inputs: Iterable[str | os.PathLike[str]]) -> RecordSet:
             if is_long(files=len(chosen)):
                 log.info("reading %d record files in %s", len(chosen), path)
             for rel in chosen:
-                run_dir = path / rel.parent
-                if run_dir.name == "parts":
-                    run_dir = run_dir.parent
-                planned = _planned_episodes(path, run_dir)
+                planned = _planned_episodes(path, path / run_folder_of(rel))
                 if planned is not None:  # run_status.json's plan comes before experiment.yaml's
                     merger.planned[default_run_name(rel, path.resolve().name)] = planned
             for rel in track(chosen, "reading record files"):
@@ -273,7 +269,7 @@ def record_set_from_runs(runs: Iterable[Any]) -> RecordSet:
     set_aside = SetAside()
     sources = []
     for run in runs:
-        source = f"{run.name}/episode_results.jsonl"
+        source = f"{run.name}/{RECORDS_FILE}"
         sources.append(source)
         records += [normalise(rec, default_run=run.name, source=source, line=i) for i, rec in enumerate(run.records)]
         set_aside.add(run.set_aside)
@@ -284,9 +280,6 @@ def record_set_from_runs(runs: Iterable[Any]) -> RecordSet:
 
 
 # --- the plan an output folder's experiment.yaml holds ------------------------------------------------
-
-EXPERIMENT_FILE = "experiment.yaml"
-
 
 def experiment_document(data: bytes, where: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """An output folder's experiment.yaml → (its Runs by name in the file's order, its `shared` map).
@@ -338,12 +331,7 @@ def folder_plan(folder: Path) -> dict[str, int | None]:
         return {}
 
 
-# --- Arena's own record files ------------------------------------------------------------------------
-
-# Arena's runner writes one file per environment rebuild (or per rank when distributed).
-ARENA_RECORDS = re.compile(r"^episode_results_(rebuild|rank)(\d+)\.jsonl$")
-# Arena's camera videos: <prefix>-rebuild<R>-env<N>-<camera>-episode-<E>.mp4
-ARENA_VIDEO = re.compile(r"^(?P<prefix>.*)-rebuild(?P<rebuild>\d+)-env(?P<env>\d+)-(?P<camera>.+)-episode-(?P<episode>\d+)\.mp4$")
+# --- Arena's own record files (their names: layout.ARENA_RECORDS, layout.ARENA_VIDEO) ------------------
 
 
 def arena_file_order(name: str) -> tuple[int, int] | None:

@@ -27,19 +27,16 @@ from evalfleet.analysis.loading import (arena_file_order, arena_record, arena_vi
                                         planned_episodes)
 from evalfleet.errors import UserError
 from evalfleet.feedback import is_long, track
-from evalfleet.outputs.report import REPORT_FILE, render_report
+from evalfleet.layout import (EXPERIMENT_FILE, PARTS_DIR, PLOTS_DIR, RECORDS_FILE, REPORT_FILE, RESULT_FILE,
+                              STATUS_FILE, VIDEOS_DIR)
+from evalfleet.outputs.report import render_report
 from evalfleet.outputs.storage import Location, check_endpoint, is_url, open_location
 from evalfleet.secrets import mask_url
-from evalfleet.outputs.summary import RESULT_FILE, build_result, provenance, summarise_run
-from evalfleet.rollout.records import RECORDS_FILE, RunRecords, RunScope, SetAside
+from evalfleet.outputs.summary import build_result, provenance, summarise_run
+from evalfleet.rollout.records import RunRecords, RunScope, SetAside
 
 log = logging.getLogger("evalfleet.outputs")
 
-PARTS_DIR = "parts"
-STATUS_FILE = "run_status.json"
-EXPERIMENT_FILE = "experiment.yaml"
-VIDEOS_DIR = "videos"
-PLOTS_DIR = "plots"
 SKIP_DIRS = {VIDEOS_DIR, PLOTS_DIR, PARTS_DIR}
 MAX_DEPTH = 3  # how deep below a source root Runs are looked for
 
@@ -197,7 +194,7 @@ def _read_arena_files(name: str, src: RunSource, merged: RunRecords, status: dic
     episode-in-env."""
     if not src.arena_files:
         return
-    names = [f"videos/{n}" for n in src.loose_videos]
+    names = [f"{VIDEOS_DIR}/{n}" for n in src.loose_videos]
     if src.has_videos:
         prefix = _rel(src.rel, VIDEOS_DIR)
         names += [rel[len(src.rel):].lstrip("/") if src.rel else rel for rel in src.location.walk_files(prefix)]

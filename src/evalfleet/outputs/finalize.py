@@ -13,12 +13,13 @@ from typing import Any
 from evalfleet.errors import UserError
 from evalfleet.feedback import is_long
 from evalfleet.analysis.loading import planned_episodes
-from evalfleet.outputs.collect import (PLOTS_DIR, Collected, collect_runs, in_experiment_order, load_runs,
+from evalfleet.layout import PLOTS_DIR, REPORT_FILE, RESULT_FILE
+from evalfleet.outputs.collect import (Collected, collect_runs, in_experiment_order, load_runs,
                                       read_experiment, skipped_files, work_size, write_collected_report)
-from evalfleet.outputs.report import REPORT_FILE, render_report
+from evalfleet.outputs.report import render_report
 from evalfleet.outputs.storage import Location
 from evalfleet.secrets import mask_url
-from evalfleet.outputs.summary import RESULT_FILE, build_result, provenance, summarise_run
+from evalfleet.outputs.summary import build_result, provenance, summarise_run
 
 log = logging.getLogger("evalfleet.outputs")
 

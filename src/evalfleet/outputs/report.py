@@ -16,8 +16,6 @@ import re
 from importlib import resources
 from typing import Any, Iterable
 
-
-REPORT_FILE = "index.html"
 _VECTOR_NAMES = {3: ("x", "y", "z")}
 _COLOR_NAMES = ("r", "g", "b")
 MAX_VECTOR_COMPONENTS = 8

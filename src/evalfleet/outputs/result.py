@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from evalfleet.layout import RESULT_FILE
+
 
 @dataclass(frozen=True)
 class RunResult:
@@ -61,8 +63,6 @@ class ExperimentResult:
     @classmethod
     def from_json(cls, name: str, output: Path, result: dict[str, Any], *, order: Iterable[str] = (),
                   report: Path, plots: Iterable[Path] = ()) -> "ExperimentResult":
-        from evalfleet.outputs.summary import RESULT_FILE
-
         entries = result["runs"]
         names = [n for n in order if n in entries] + [n for n in entries if n not in set(order)]
         return cls(name=name, output=output, runs={n: RunResult.from_json(entries[n]) for n in names},

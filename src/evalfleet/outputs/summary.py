@@ -19,7 +19,6 @@ from evalfleet import __version__
 from evalfleet.analysis.stats import wilson_interval
 from evalfleet.rollout.records import SetAside, record_episode
 
-RESULT_FILE = "experiment_result.json"
 RESULT_SCHEMA = "evalfleet.experiment_result/1"
 RUN_STATUSES = ("completed", "partial", "failed")
 PROVENANCE_PACKAGES = (

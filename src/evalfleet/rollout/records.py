@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator
 
-RECORDS_FILE = "episode_results.jsonl"
 STATUSES = ("success", "failure", "error")
 
 

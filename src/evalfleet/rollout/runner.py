@@ -30,21 +30,15 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from evalfleet.experiment.plan import EpisodeSpec, RunPlan, Shard
+from evalfleet.layout import part_path, parts_dir, records_path
 from evalfleet.rollout.heartbeat import HeartbeatWriter
-from evalfleet.rollout.records import RECORDS_FILE, EpisodeRecord, RecordWriter, RunScope, read_run_records
+from evalfleet.rollout.records import EpisodeRecord, RecordWriter, RunScope, read_run_records
 from evalfleet.rollout.video import EpisodeVideo, should_record
-
-PARTS_DIR = "parts"
-
-
-def part_path(out_dir: Path, run: str, shard_id: str) -> Path:
-    return out_dir / run / PARTS_DIR / f"{shard_id}.jsonl"
 
 
 def run_log_files(out_dir: Path, run: str) -> list[Path]:
     """Every log of a Run: the merged file first, then the shard parts (later lines win)."""
-    run_dir = out_dir / run
-    return [run_dir / RECORDS_FILE, *sorted((run_dir / PARTS_DIR).glob("*.jsonl"))]
+    return [records_path(out_dir, run), *sorted(parts_dir(out_dir, run).glob("*.jsonl"))]
 
 
 def latest_records(out_dir: Path, run: str, planned: int | None = None) -> dict[int, dict[str, Any]]:

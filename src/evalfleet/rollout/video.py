@@ -34,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-VIDEOS_DIR = "videos"
+from evalfleet.layout import VIDEOS_DIR
+
 DEFAULT_SIZE = 224
 MACRO_BLOCK = 16
 X264_PRESET = "veryfast"

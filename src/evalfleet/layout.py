@@ -1,0 +1,101 @@
+"""The output folder's format: every name in it, defined once, and the paths made from them.
+
+```
+OUT/
+  experiment.yaml            EXPERIMENT_FILE: the resolved Experiment
+  experiment_result.json     RESULT_FILE
+  index.html                 REPORT_FILE
+  plots/                     PLOTS_DIR
+  .evalfleet/                INTERNAL_DIR: worker logs, heartbeats and status files, claims, the wired Experiment
+  <run>/                     run_dir(out, run): a Run folder
+    episode_results.jsonl    RECORDS_FILE: the collected records, one line per episode
+    parts/<shard>.jsonl      PARTS_DIR: append-only records, one file per shard attempt
+    run_status.json          STATUS_FILE
+    videos/<camera>/...      VIDEOS_DIR
+    server.log               SERVER_LOG: the Run's policy server, when evalfleet started one
+```
+
+Isaac Lab Arena's own names are read beside these: `episode_results_rebuild<R>.jsonl` (or `_rank<N>`),
+`experiment_runner_result.json`, `arena_attempts/attempt-<NNN>`. Names and paths only: reading the files is
+`rollout.records`, `analysis.loading` and `outputs.collect`'s work.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+# --- the output folder ---------------------------------------------------------------------------------
+EXPERIMENT_FILE = "experiment.yaml"
+RESULT_FILE = "experiment_result.json"
+REPORT_FILE = "index.html"
+PLOTS_DIR = "plots"
+INTERNAL_DIR = ".evalfleet"
+
+# --- a Run folder --------------------------------------------------------------------------------------
+RECORDS_FILE = "episode_results.jsonl"
+RECORDS_PREFIX = "episode_results"  # every file a reader takes as records starts with it (Arena's as well)
+RECORDS_SUFFIX = ".jsonl"
+PARTS_DIR = "parts"
+STATUS_FILE = "run_status.json"
+VIDEOS_DIR = "videos"
+SERVER_LOG = "server.log"
+
+# --- inside INTERNAL_DIR -------------------------------------------------------------------------------
+WIRED_EXPERIMENT_FILE = "experiment.wired.yaml"  # experiment.yaml wired to this invocation's server ports
+CLAIMS_DIR = "claims"
+
+# --- Isaac Lab Arena's own names -----------------------------------------------------------------------
+# Arena's runner writes one record file per environment rebuild (or per rank when distributed).
+ARENA_RECORDS = re.compile(r"^episode_results_(rebuild|rank)(\d+)\.jsonl$")
+# Arena's camera videos: <prefix>-rebuild<R>-env<N>-<camera>-episode-<E>.mp4
+ARENA_VIDEO = re.compile(
+    r"^(?P<prefix>.*)-rebuild(?P<rebuild>\d+)-env(?P<env>\d+)-(?P<camera>.+)-episode-(?P<episode>\d+)\.mp4$")
+ARENA_RESULT_FILE = "experiment_runner_result.json"  # what Arena's collector reads in a runner's output
+ARENA_ATTEMPTS_DIR = "arena_attempts"  # {{output}}/arena_attempts/attempt-<NNN>: one Arena output per attempt
+ARENA_ATTEMPT_FOLDER = "attempt-{attempt:03d}"  # zero-padded: collect reads the attempts in name order = launch order
+
+
+def run_dir(out: Path, run: str) -> Path:
+    return out / run
+
+
+def records_path(out: Path, run: str) -> Path:
+    return out / run / RECORDS_FILE
+
+
+def parts_dir(out: Path, run: str) -> Path:
+    return out / run / PARTS_DIR
+
+
+def part_path(out: Path, run: str, shard_id: str) -> Path:
+    """A shard's own record file: OUT/<run>/parts/<shard>.jsonl."""
+    return out / run / PARTS_DIR / f"{shard_id}{RECORDS_SUFFIX}"
+
+
+def run_status_path(out: Path, run: str) -> Path:
+    return out / run / STATUS_FILE
+
+
+def server_log_path(out: Path, run: str) -> Path:
+    return out / run / SERVER_LOG
+
+
+def internal_dir(out: Path) -> Path:
+    return out / INTERNAL_DIR
+
+
+def worker_file(out: Path, worker: int, suffix: str) -> Path:
+    """OUT/.evalfleet/worker-<N><suffix>: a local worker's `.log`, `.heartbeat` and `.status.json`."""
+    return out / INTERNAL_DIR / f"worker-{worker}{suffix}"
+
+
+def ray_task_log(out: Path, run: str, shard_id: str) -> Path:
+    """OUT/.evalfleet/ray-<run>-<shard>.log: the log tail of a Ray task that did not complete."""
+    return out / INTERNAL_DIR / f"ray-{run}-{shard_id}.log"
+
+
+def is_records_name(name: str) -> bool:
+    """A file name readers take as records: episode_results.jsonl, or Arena's episode_results_*.jsonl."""
+    return name.startswith(RECORDS_PREFIX) and name.endswith(RECORDS_SUFFIX)
+
