@@ -33,6 +33,7 @@ from evalfleet.execution.standby import EvalfleetMain
 from evalfleet.execution.watchdog import WatchdogConfig
 from evalfleet.experiment.loading import LoadedExperiment
 from evalfleet.experiment.plan import Plan, Shard
+from evalfleet.layout import EXPERIMENT_FILE
 from evalfleet.registry import Registry
 
 BUILTIN_BACKEND_MODULES = (
@@ -120,7 +121,7 @@ class BackendBase:
 
     @contextlib.contextmanager
     def serve(self, job: ExecutionJob) -> Iterator[Path]:
-        yield job.out / "experiment.yaml"
+        yield job.out / EXPERIMENT_FILE
 
     def execute(self, job: ExecutionJob, experiment_file: Path) -> list[WorkerResult]:
         raise NotImplementedError

@@ -25,6 +25,7 @@ from evalfleet.execution.guarded_policy import THREAD_NAME, GuardedPolicy
 from evalfleet.execution.pipeline import load, run, stderr_log
 from evalfleet.execution.watchdog import WatchdogConfig
 from evalfleet.experiment.loading import LoadedExperiment, load_experiment
+from evalfleet.layout import EXPERIMENT_FILE
 from evalfleet.outputs.result import ExperimentResult
 from evalfleet.policies.base import BasePolicy
 from evalfleet.serving.openpi import OpenpiServer
@@ -135,7 +136,7 @@ def evaluate(policy: Any, experiment: str | os.PathLike[str] | LoadedExperiment,
         with ServerThread(server) as thread, tempfile.TemporaryDirectory(prefix="evalfleet-evaluate-") as tmp:
             try:
                 doc = served_document(loaded, thread.host, int(thread.port), tag, chosen)
-                wired = Path(tmp) / "experiment.yaml"
+                wired = Path(tmp) / EXPERIMENT_FILE
                 wired.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
                 return run(load_experiment(wired), output=output, backend="local", workers=workers,
                            progress=progress, watchdog=watchdog, log=log)

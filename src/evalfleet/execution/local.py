@@ -23,12 +23,13 @@ import yaml
 from evalfleet.errors import UserError
 from evalfleet.execution.backends import BACKENDS, BackendBase, ExecutionJob, WorkerResult
 from evalfleet.execution.invocation import runner_command
-from evalfleet.execution.output_dir import INTERNAL_DIR, mark_runs_running, write_atomic
+from evalfleet.execution.output_dir import mark_runs_running, write_atomic
 from evalfleet.execution.progress import ProgressTracker, watch_progress
 from evalfleet.execution.servers import LocalServers
 from evalfleet.execution.standby import StandbyRunner, can_fork, fresh_runners_requested, runner_argv
 from evalfleet.execution.watchdog import WatchdogConfig, supervise
 from evalfleet.experiment.plan import Shard
+from evalfleet.layout import CLAIMS_DIR, EXPERIMENT_FILE, WIRED_EXPERIMENT_FILE, internal_dir, worker_file
 
 
 @BACKENDS.register("local", summary="worker processes on this machine, each under the watchdog")
@@ -55,12 +56,12 @@ class LocalBackend(BackendBase):
         servers = LocalServers({n: rp.run for n, rp in job.plan.runs.items()}, job.loaded.experiment.server_sharing,
                                job.out, job.loaded.experiment.seed, log=job.log)
         if not servers:
-            yield job.out / "experiment.yaml"
+            yield job.out / EXPERIMENT_FILE
             return
         try:
             servers.start()
             # Ports change from run to run, so the wiring lives beside experiment.yaml, not in it.
-            wired = job.out / INTERNAL_DIR / "experiment.wired.yaml"
+            wired = internal_dir(job.out) / WIRED_EXPERIMENT_FILE
             write_atomic(wired, yaml.safe_dump(servers.wired_document(job.loaded.resolved_document()),
                                                sort_keys=False))
             yield wired
@@ -95,7 +96,7 @@ class LocalRun:
 
     @property
     def claim_dir(self) -> Path:
-        return self.out / INTERNAL_DIR / "claims"
+        return internal_dir(self.out) / CLAIMS_DIR
 
     def worker_command(self, worker: int, shards: list[Shard]) -> list[str]:
         return runner_command(self.experiment_file, self.out, shards, claim_dir=self.claim_dir, worker_id=worker)
@@ -111,8 +112,7 @@ class LocalRun:
         return mine
 
     def execute(self) -> list[WorkerResult]:
-        internal = self.out / INTERNAL_DIR
-        internal.mkdir(parents=True, exist_ok=True)
+        internal_dir(self.out).mkdir(parents=True, exist_ok=True)
         mark_runs_running(self.out, self.plan)
         # Claims of an earlier invocation would strand shards on workers that no longer exist; the
         # logs, not the claims, say what is done.
@@ -120,8 +120,8 @@ class LocalRun:
         self.claim_dir.mkdir(parents=True)
         shards = self.job.ordered_shards()
         results = [WorkerResult(i, shards) for i in range(max(1, min(self.workers, len(shards))))]
-        standbys = self._standby_runners(results, internal)  # forked before any thread exists
-        threads = [threading.Thread(target=self._supervise, args=(r, internal, standbys.get(r.worker)), daemon=True)
+        standbys = self._standby_runners(results)  # forked before any thread exists
+        threads = [threading.Thread(target=self._supervise, args=(r, standbys.get(r.worker)), daemon=True)
                    for r in results]
         self._threads = threads
         for t in threads:
@@ -138,28 +138,29 @@ class LocalRun:
             t.join()
         return results
 
-    def _standby_runners(self, results: list[WorkerResult], internal: Path) -> dict[int, StandbyRunner]:
+    def _standby_runners(self, results: list[WorkerResult]) -> dict[int, StandbyRunner]:
         """worker → a child forked now to become its first attempt (execution/standby.py), where allowed."""
         if not self.job.fork_runners or not can_fork():
             return {}
         if runner_argv(self.worker_command(0, [])) is None:
             return {}
-        return {r.worker: StandbyRunner(internal / f"worker-{r.worker}.log", self.job.fork_runners) for r in results}
+        return {r.worker: StandbyRunner(worker_file(self.out, r.worker, ".log"), self.job.fork_runners)
+                for r in results}
 
-    def _supervise(self, result: WorkerResult, internal: Path, standby: StandbyRunner | None = None) -> None:
-        log_path = internal / f"worker-{result.worker}.log"
+    def _supervise(self, result: WorkerResult, standby: StandbyRunner | None = None) -> None:
+        log_path = worker_file(self.out, result.worker, ".log")
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
         try:
             with open(log_path, "ab") as log:
                 result.result = supervise(
                     self.worker_command(result.worker, result.shards),
-                    internal / f"worker-{result.worker}.heartbeat",
+                    worker_file(self.out, result.worker, ".heartbeat"),
                     self.watchdog,
                     env=env,
                     stdout=log,
                     stderr=log,
-                    status_file=internal / f"worker-{result.worker}.status.json",
+                    status_file=worker_file(self.out, result.worker, ".status.json"),
                     stop_event=self.stop,
                     log=lambda line: _append(log_path, f"evalfleet watchdog: {line}\n"),
                     standby=standby,

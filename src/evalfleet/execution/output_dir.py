@@ -13,11 +13,8 @@ from typing import Any
 from evalfleet.errors import UserError
 from evalfleet.experiment.loading import LoadedExperiment
 from evalfleet.experiment.safe_yaml import parse_yaml, read_text_bounded
-
-from evalfleet.outputs.collect import EXPERIMENT_FILE, STATUS_FILE
+from evalfleet.layout import EXPERIMENT_FILE, run_status_path
 from evalfleet.secrets import mask_url
-
-INTERNAL_DIR = ".evalfleet"  # worker logs and heartbeats
 
 
 def output_folder(output: str | os.PathLike[str], *, where: str = "command line", key: str = "--output") -> Path:
@@ -117,7 +114,7 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def write_run_status(out: Path, run: str, **fields: Any) -> None:
-    path = out / run / STATUS_FILE
+    path = run_status_path(out, run)
     try:
         current = json.loads(path.read_text())
     except (OSError, ValueError):

@@ -17,13 +17,13 @@ from typing import Callable, Iterable
 
 from evalfleet.errors import UserError
 from evalfleet.execution.backends import Backend, ExecutionJob, WorkerResult, get_backend
-from evalfleet.execution.output_dir import (STATUS_FILE, default_output, output_folder, prepare_output,
-                                            write_run_status)
+from evalfleet.execution.output_dir import default_output, output_folder, prepare_output, write_run_status
 from evalfleet.execution.standby import EvalfleetMain
 from evalfleet.execution.watchdog import WatchdogConfig
 from evalfleet.experiment.loading import LoadedExperiment, load_experiment
 from evalfleet.experiment.plan import Plan, make_plan
 from evalfleet.experiment.validation import require_executable
+from evalfleet.layout import run_status_path
 from evalfleet.outputs.finalize import finalize, preload
 from evalfleet.outputs.result import ExperimentResult
 from evalfleet.rollout.runner import is_decided, latest_records
@@ -124,7 +124,7 @@ def spec_mismatch(out: Path, run: str) -> str | None:
     from evalfleet.execution.worker import REFUSED_RUNS
 
     try:
-        status = json.loads((out / run / STATUS_FILE).read_text())
+        status = json.loads(run_status_path(out, run).read_text())
     except (OSError, ValueError):
         return None
     if isinstance(status, dict) and status.get("failed_because") in REFUSED_RUNS:

@@ -38,9 +38,11 @@ import yaml
 from evalfleet.errors import UserError
 from evalfleet.execution.backends import BACKENDS, BackendBase, ExecutionJob, WorkerResult, ordered_shards
 from evalfleet.execution.invocation import runner_command
-from evalfleet.execution.output_dir import INTERNAL_DIR, mark_runs_running
+from evalfleet.execution.output_dir import mark_runs_running
 from evalfleet.execution.watchdog import WatchdogConfig, WatchdogResult
 from evalfleet.experiment.plan import Plan, Shard
+from evalfleet.layout import (EXPERIMENT_FILE, SERVER_LOG, internal_dir, part_path, ray_task_log, records_path,
+                              server_log_path)
 from evalfleet.secrets import ENV_PREFIX
 
 SHARD_TASK_RETRIES = 3  # Ray relaunches a shard task whose worker process or node died
@@ -142,8 +144,8 @@ class RayBackend(BackendBase):
             raise UserError("--backend ray needs --ray-address http://HEAD:8265 (the Ray Jobs API of the cluster)",
                             where="command line", key="--ray-address")
         if dry_run:
-            print(f"# would submit a Ray job to {self.address}: evalfleet run experiment.yaml --backend ray"
-                  " --ray-address auto --no-progress, with this experiment.yaml:", file=stream)
+            print(f"# would submit a Ray job to {self.address}: evalfleet run {EXPERIMENT_FILE} --backend ray"
+                  f" --ray-address auto --no-progress, with this {EXPERIMENT_FILE}:", file=stream)
             print(loaded.resolved_yaml(), end="", file=stream)
             return 0
         job_id = submit_ray_job(loaded.path, list(loaded.overrides), self.address)
@@ -187,8 +189,7 @@ class RayRun:
 
     def _execute(self) -> None:
         ray = _import_ray()
-        internal = self.out / INTERNAL_DIR
-        internal.mkdir(parents=True, exist_ok=True)
+        internal_dir(self.out).mkdir(parents=True, exist_ok=True)
         sink = _sink_class(ray).remote({name: existing_lines(self.out, name) for name in self.plan.runs})
         document = self.plan.experiment.resolved_document()
         shards = ordered_shards(self.plan)
@@ -226,7 +227,7 @@ class RayRun:
                         result.result = WatchdogResult(**answer["watchdog"])
                         self.placements[(shard.run, shard.id)] = (answer.get("placement_group"), answer.get("server"))
                         if answer.get("log_tail") and result.result.state != "completed":
-                            _append(internal / f"ray-{shard.run}-{shard.id}.log", answer["log_tail"])
+                            _append(ray_task_log(self.out, shard.run, shard.id), answer["log_tail"])
                     except Exception as exc:  # noqa: BLE001 - a task that failed for good fails its Run
                         first = (str(exc).splitlines() or [""])[0]
                         result.error = f"Ray task failed: {type(exc).__name__}: {first}"
@@ -286,7 +287,7 @@ class RayRun:
             try:
                 log = ray.get(actor.stop.remote(), timeout=60)
                 if runs and log:
-                    _append(self.out / runs[0] / "server.log", log)
+                    _append(server_log_path(self.out, runs[0]), log)
             except Exception:  # noqa: BLE001 - the actor is killed below anyway
                 pass
             ray.kill(actor)
@@ -312,8 +313,6 @@ class RayRun:
         batches: dict[tuple[str, str], list[str]] = {}
         for run, shard_id, line in ray.get(sink.drain.remote()):
             batches.setdefault((run, shard_id), []).append(line)
-        from evalfleet.rollout.runner import part_path
-
         for (run, shard_id), lines in batches.items():
             path = part_path(self.out, run, shard_id)
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -370,8 +369,6 @@ def run_shard_on_worker(document: str, run: str, start: int, stop: int | None, s
 
     from evalfleet.execution.progress import LogTail
     from evalfleet.execution.watchdog import supervise
-    from evalfleet.rollout.records import RECORDS_FILE
-    from evalfleet.rollout.runner import part_path
 
     shard = Shard(run, start, stop)
     _remove_stale_folders()
@@ -384,11 +381,11 @@ def run_shard_on_worker(document: str, run: str, start: int, stop: int | None, s
             policy = doc["runs"][run]["policy"]
             doc["runs"][run]["policy"] = binding_for(policy["type"]).wire_client(policy, server[0], int(server[1]))
             document = yaml.safe_dump(doc, sort_keys=False)
-        (tmp / "experiment.yaml").write_text(document, encoding="utf-8")
+        (tmp / EXPERIMENT_FILE).write_text(document, encoding="utf-8")
         known = ray.get(sink.known.remote(run, start, stop))
         (tmp / run).mkdir(parents=True)
-        (tmp / run / RECORDS_FILE).write_text("".join(line + "\n" for line in known), encoding="utf-8")
-        cmd = runner_command(tmp / "experiment.yaml", tmp, [shard])
+        records_path(tmp, run).write_text("".join(line + "\n" for line in known), encoding="utf-8")
+        cmd = runner_command(tmp / EXPERIMENT_FILE, tmp, [shard])
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
         log_path = tmp / "runner.log"
@@ -468,7 +465,7 @@ class PolicyServer:
 
         load_registries()
         self.supervisor = ServerSupervisor(binding_for(self.policy_type), self.options, PolicyContext(**self.context),
-                                           self.log_dir / "server.log", host=ray.util.get_node_ip_address(),
+                                           self.log_dir / SERVER_LOG, host=ray.util.get_node_ip_address(),
                                            health_timeout_s=SERVER_START_TIMEOUT_S)
         return self.supervisor.start()
 
@@ -490,7 +487,7 @@ class PolicyServer:
         if self.supervisor:
             self.supervisor.stop()
         try:
-            return (self.log_dir / "server.log").read_text(errors="replace")
+            return (self.log_dir / SERVER_LOG).read_text(errors="replace")
         except OSError:
             return ""
         finally:
@@ -534,7 +531,7 @@ def submit_ray_job(exp_path: str | Path, overrides: list[str], address: str, *, 
     except ImportError as exc:
         raise UserError("submitting Ray jobs needs the Jobs client: pip install 'ray[default]'",
                         where="--backend ray") from exc
-    entry = ["evalfleet", "run", "experiment.yaml", "--backend", "ray", "--ray-address", "auto", "--no-progress"]
+    entry = ["evalfleet", "run", EXPERIMENT_FILE, "--backend", "ray", "--ray-address", "auto", "--no-progress"]
     if workers:
         entry += ["--workers", str(workers)]
     if shard_size:
@@ -546,7 +543,7 @@ def submit_ray_job(exp_path: str | Path, overrides: list[str], address: str, *, 
         command += f' --output "$HOME"/{shlex.quote(job_output_dir(loaded))}'
     staging = Path(tempfile.mkdtemp(prefix="evalfleet-ray-job-"))
     try:
-        (staging / "experiment.yaml").write_text(loaded.resolved_yaml(), encoding="utf-8")
+        (staging / EXPERIMENT_FILE).write_text(loaded.resolved_yaml(), encoding="utf-8")
         try:
             client = JobSubmissionClient(address)
         except Exception as exc:  # noqa: BLE001 - connection problems are the user's to fix

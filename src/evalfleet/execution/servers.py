@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from evalfleet.errors import UserError
+from evalfleet.layout import server_log_path
 from evalfleet.serving.planning import ServerPlan, plan_server_groups
 
 HEALTH_TIMEOUT_S = 120.0
@@ -121,7 +122,7 @@ class LocalServers:
 
     def start(self) -> None:
         for plan in self.plans:
-            log_path = self.out / plan.runs[0] / "server.log"
+            log_path = server_log_path(self.out, plan.runs[0])
             supervisor = ServerSupervisor(plan.binding, plan.options, plan.context, log_path, log=self.log,
                                           name=f"server {plan.id}")
             self.servers.append(RunningServer(plan, supervisor))
