@@ -12,7 +12,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 # Lower layers never import higher ones. Modules of one layer may import each other (without circles).
 LAYERS = [
     {"evalfleet", "evalfleet.errors", "evalfleet.registry", "evalfleet.seeding", "evalfleet.arguments",
-     "evalfleet.textlayout", "evalfleet.feedback"},
+     "evalfleet.textlayout", "evalfleet.feedback", "evalfleet.layout"},
     {"evalfleet.sim"},
     {"evalfleet.policies"},
     {"evalfleet.serving", "evalfleet.plugins"},
