@@ -55,16 +55,21 @@ def _wait_for(predicate, timeout=120.0, what="condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def _gated(gate: Path, after_episodes: int = 2) -> dict:
+    """The expert, held at `gate` once each runner process has started `after_episodes` episodes (see
+    evalfleet_test_plugins.GatedExpert): what a test interrupts there is still pending, on any machine."""
+    gate.mkdir()
+    return {"type": "test_gated_expert", "gate": str(gate), "after_episodes": after_episodes}
+
+
+def _all_at_gate(gate: Path, workers: int) -> list[int] | None:
+    """The pids of the runner processes waiting at the gate, once `workers` of them are."""
+    pids = [int(p.name.split(".")[0]) for p in gate.glob("*.waiting")]
+    return pids if len(pids) == workers else None
+
+
 def _records_so_far(out: Path) -> int:
     return sum(len(p.read_text().splitlines()) for p in out.glob("*/parts/*.jsonl"))
-
-
-def _heartbeat_pid(out: Path, worker: int) -> int | None:
-    try:
-        beat = json.loads((out / ".evalfleet" / f"worker-{worker}.heartbeat").read_text())
-    except (OSError, ValueError):
-        return None
-    return beat["pid"] if beat.get("episodes", 0) >= 1 else None
 
 
 def _alive(pid: int) -> bool:
@@ -99,18 +104,21 @@ def test_worker_count_and_shard_size_do_not_change_results(reference, tmp_path):
         assert len(set(image.convert("L").getdata())) > 10
 
 
-def test_sigkill_of_evalfleet_run_then_resume_completes_identically(reference, tmp_path):
-    path, expected = reference
+def test_sigkill_of_evalfleet_run_then_resume_completes_identically(reference, write_experiment, tmp_path):
+    _, expected = reference
+    gate = tmp_path / "gate"
+    path = _experiment(write_experiment, policy=_gated(gate))  # the reference's Runs, held at the gate
     out = tmp_path / "killed"
     proc = subprocess.Popen(evalfleet_cmd("run", str(path), "--output", str(out), "--workers", "2", "--shard-size", "3",
                                           "--no-progress"), env=plugin_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-    _wait_for(lambda: _records_so_far(out) >= 3, what="a few records")
-    pids = [p for p in (_heartbeat_pid(out, w) for w in (0, 1)) if p]
+    pids = _wait_for(lambda: _all_at_gate(gate, 2), what="both workers at the gate")
+    assert _records_so_far(out) >= 3
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert _records_so_far(out) < 16
-    # Orphaned runners notice their supervisor is gone and stop on their own.
+    # Orphaned runners notice their supervisor is gone and stop on their own (once their policy call returns).
+    (gate / "release").touch()
     _wait_for(lambda: not any(_alive(p) for p in pids), timeout=30, what="orphaned runners to stop")
     done = run_evalfleet("run", "--resume", "--output", str(out), "--workers", "2", "--no-progress")
     assert done.returncode == 0, done.stderr
@@ -130,15 +138,20 @@ def test_resume_refuses_a_changed_experiment_and_a_fresh_run_refuses_a_used_fold
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP])
-def test_a_killed_or_hung_runner_is_relaunched_and_loses_nothing(reference, tmp_path, sig):
-    path, expected = reference
+def test_a_killed_or_hung_runner_is_relaunched_and_loses_nothing(reference, write_experiment, tmp_path, sig):
+    _, expected = reference
+    gate = tmp_path / "gate"
+    path = _experiment(write_experiment, policy=_gated(gate, after_episodes=1))  # the reference's Runs
     out = tmp_path / "o"
+    # The stall timeout is what ends the SIGSTOPped runner; the healthy attempts must never miss it, also while
+    # a loaded machine builds the second Run's environment (no step then), so it is not cut close.
     proc = subprocess.Popen(evalfleet_cmd("run", str(path), "--output", str(out), "--workers", "1", "--shard-size", "4",
-                                          "--no-progress", "--stall-timeout", "3", "--max-restarts", "2"),
+                                          "--no-progress", "--stall-timeout", "10", "--max-restarts", "2"),
                             env=plugin_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                             text=True)
-    pid = _wait_for(lambda: _heartbeat_pid(out, 0), what="the runner's first episode")
+    (pid,) = _wait_for(lambda: _all_at_gate(gate, 1), what="the runner waiting in its second episode")
     os.kill(pid, sig)
+    (gate / "release").touch()  # the relaunched runner passes
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 0, stderr
     assert results_by_episode(out) == expected
@@ -156,8 +169,11 @@ def test_a_run_that_never_progresses_is_marked_failed_and_the_others_finish(writ
         "fine": metaworld_run("reach-v3", episodes=3),
     })
     out = tmp_path / "o"
+    # "hangs" is built, then never steps: the stall timeout ends it, and the startup grace is the local default,
+    # which no healthy worker misses however loaded the machine. The healthy worker only has to step within
+    # the stall timeout, a few thousand times its step time (and a stalled attempt of it would be relaunched).
     proc = run_evalfleet("run", str(path), "--output", str(out), "--workers", "2", "--shard-size", "10", "--no-progress",
-                         "--stall-timeout", "2", "--startup-timeout", "2", "--max-restarts", "1")
+                         "--stall-timeout", "5", "--startup-timeout", "300", "--max-restarts", "1")
     assert proc.returncode == 1
     result = json.loads((out / "experiment_result.json").read_text())
     assert result["runs"]["fine"]["status"] == "completed" and result["runs"]["fine"]["success_rate"] == 1.0
@@ -167,19 +183,23 @@ def test_a_run_that_never_progresses_is_marked_failed_and_the_others_finish(writ
     assert "hangs" in proc.stderr and "failed" in proc.stderr
 
 
-def test_ctrl_c_stops_cleanly_and_resume_completes(reference, tmp_path):
-    path, expected = reference
+def test_ctrl_c_stops_cleanly_and_resume_completes(reference, write_experiment, tmp_path):
+    _, expected = reference
+    gate = tmp_path / "gate"
+    path = _experiment(write_experiment, policy=_gated(gate))  # the reference's Runs, held at the gate
     out = tmp_path / "interrupted"
     proc = subprocess.Popen(evalfleet_cmd("run", str(path), "--output", str(out), "--workers", "2", "--shard-size", "3",
                                           "--no-progress"), env=plugin_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
-    _wait_for(lambda: _records_so_far(out) >= 3, what="a few records")
-    pids = [p for p in (_heartbeat_pid(out, w) for w in (0, 1)) if p]
+    # Each worker has finished 2 episodes and waits in its 3rd: Ctrl-C lands while work is pending.
+    pids = _wait_for(lambda: _all_at_gate(gate, 2), what="both workers at the gate")
+    assert _records_so_far(out) >= 3
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "--resume" in stderr
     assert not any(_alive(p) for p in pids)  # the workers were stopped, not orphaned
     assert _records_so_far(out) < 16
+    (gate / "release").touch()  # the resumed run (same Experiment, same gate) passes it
     done = run_evalfleet("run", "--resume", "--output", str(out), "--no-progress")
     assert done.returncode == 0, done.stderr
     assert results_by_episode(out) == expected

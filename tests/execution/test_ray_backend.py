@@ -124,14 +124,19 @@ def _runner_processes() -> list[int]:
 def test_interrupt_then_resume(tmp_path, local_reference):
     """Ctrl-C of a Ray run (its own local instance): exit 130, every runner stopped, the records finished so far
     kept; `--resume` completes the folder with the local backend's results."""
-    out = tmp_path / "out"
-    slow = [*SMALL, "shared.policy.type=test_slow_expert", "shared.policy.delay_s=0.01"]
+    out, gate = tmp_path / "out", tmp_path / "gate"
+    gate.mkdir()
+    # Every shard's runner (2 episodes) finishes its first episode and waits in its second
+    # (evalfleet_test_plugins.GatedExpert): the Ctrl-C always lands while work is pending.
+    gated = [*SMALL, "shared.policy.type=test_gated_expert", f"shared.policy.gate={gate}",
+             "shared.policy.after_episodes=1"]
     env = plugin_env(RAY_AUTH_MODE="disabled")
-    proc = subprocess.Popen([sys.executable, "-c", DRIVER, str(out), "new", QUICKSTART, *slow], env=env,
+    proc = subprocess.Popen([sys.executable, "-c", DRIVER, str(out), "new", QUICKSTART, *gated], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 120
-    while not any(p.read_text().strip() for p in out.glob("*/parts/*.jsonl")) and time.monotonic() < deadline:
+    while not (any(p.read_text().strip() for p in out.glob("*/parts/*.jsonl")) and list(gate.glob("*.waiting"))):
         assert proc.poll() is None, proc.stdout.read()
+        assert time.monotonic() < deadline, "no runner reached the gate after recording an episode"
         time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
     output, _ = proc.communicate(timeout=120)
@@ -145,7 +150,8 @@ def test_interrupt_then_resume(tmp_path, local_reference):
     while _runner_processes() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _runner_processes()
-    proc = subprocess.run([sys.executable, "-c", DRIVER, str(out), "resume", QUICKSTART, *slow], env=env,
+    (gate / "release").touch()  # the resumed run (same overrides, same gate) passes it
+    proc = subprocess.run([sys.executable, "-c", DRIVER, str(out), "resume", QUICKSTART, *gated], env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     decided = [line for path in out.glob("*/parts/*.jsonl") for line in path.read_text().splitlines()

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -51,10 +53,70 @@ class SlowExpert(MetaworldExpertPolicy):
         return super().act(observation, env_id)
 
 
-class HangingPolicy(BasePolicy):
-    """Never returns from construction: its runner never makes progress."""
+RELEASE = "release"
+_episodes_started = 0  # by this process, at any GatedExpert
+
+
+def wait_at_gate(gate: Path) -> None:
+    """Say "this process waits here" (GATE/<pid>.waiting, holding the pid) and block until GATE/release exists,
+    or until this process is asked to stop (SIGTERM/SIGINT: the handler that was installed runs as before, then
+    the wait ends, so a runner stops as it would after a slow policy call)."""
+    release = gate / RELEASE
+    if release.exists():
+        return
+    asked_to_stop = threading.Event()
+    installed: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous = signal.getsignal(signum)
+
+            def on_signal(num: int, frame: Any, previous: Any = previous) -> None:
+                asked_to_stop.set()
+                if callable(previous):
+                    previous(num, frame)
+                elif previous == signal.SIG_DFL:
+                    signal.signal(num, signal.SIG_DFL)
+                    os.kill(os.getpid(), num)
+
+            installed[signum] = previous
+            signal.signal(signum, on_signal)
+    try:
+        tmp = gate / f".{os.getpid()}.tmp"
+        tmp.write_text(str(os.getpid()))
+        os.replace(tmp, gate / f"{os.getpid()}.waiting")  # only once the handlers above are in place
+        while not release.exists() and not asked_to_stop.is_set():
+            time.sleep(0.02)
+    finally:
+        for signum, previous in installed.items():
+            signal.signal(signum, previous)
+
+
+class GatedExpert(MetaworldExpertPolicy):
+    """The expert, held at a gate the test controls, so that an interruption always lands while work is pending,
+    however fast the machine: each process starts `after_episodes` episodes freely, then waits at the start of
+    the next one (`wait_at_gate(options["gate"])`) until the test releases the gate or stops the process."""
 
     def __init__(self, options: dict, context: Any):
+        super().__init__(NoOptions(), context)
+        self.gate = Path(options["gate"])
+        self.after = int(options.get("after_episodes", 1))
+
+    def reset(self, episode_seed: int, env_id: int = 0) -> None:
+        global _episodes_started
+        _episodes_started += 1
+        if _episodes_started > self.after:
+            wait_at_gate(self.gate)
+        super().reset(episode_seed, env_id)
+
+
+class HangingPolicy(BasePolicy):
+    """Never returns from its first call. It is built, so its runner has heartbeat "running" (the startup grace is
+    over) and then never makes a step: only the watchdog's stall timeout can end it."""
+
+    def __init__(self, options: dict, context: Any):
+        pass
+
+    def act(self, observation: dict[str, Any], env_id: int = 0) -> np.ndarray:
         while True:
             time.sleep(1)
 
@@ -86,6 +148,7 @@ class KillSelfPolicy(StopSelfPolicy):
 
 POLICIES.register("test_flaky_expert")(FlakyExpert)
 POLICIES.register("test_slow_expert")(SlowExpert)
+POLICIES.register("test_gated_expert")(GatedExpert)
 POLICIES.register("test_hanging")(HangingPolicy)
 POLICIES.register("test_stop_self")(StopSelfPolicy)
 POLICIES.register("test_kill_self")(KillSelfPolicy)
