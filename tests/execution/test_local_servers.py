@@ -17,8 +17,8 @@ from evalfleet_testkit import evalfleet_cmd, metaworld_run, plugin_env, results_
 pytestmark = pytest.mark.slow
 
 
-def _server_pids(out: Path) -> list[int]:
-    """Server processes started for this output folder (found by their command line)."""
+def _server_pids(marker: Path) -> list[int]:
+    """Server processes of this test (found by their command line, which names `marker`)."""
     pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -28,13 +28,18 @@ def _server_pids(out: Path) -> list[int]:
             state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if b"serve" in cmd and b"test_slow_expert" in cmd and state != "Z":
+        if b"serve" in cmd and any(str(marker).encode() in arg for arg in cmd) and state != "Z":
             pids.append(int(proc.name))
     return pids
 
 
 def test_killing_the_policy_server_midway_loses_no_episode(write_experiment, tmp_path):
-    served = {"type": "openpi_remote", "serve": {"type": "test_slow_expert", "delay_s": 0.01}, "connect_timeout_s": 60}
+    # The served expert finishes one episode, then waits in the next for the test (evalfleet_test_plugins.GatedExpert):
+    # the kill always lands while served episodes are pending, however fast the machine.
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    served = {"type": "openpi_remote", "serve": {"type": "test_gated_expert", "gate": str(gate), "after_episodes": 1},
+              "connect_timeout_s": 60}
     path = write_experiment({
         "served": metaworld_run("reach-v3", episodes=10, policy=served),
         "local": metaworld_run("reach-v3", episodes=10),
@@ -44,13 +49,13 @@ def test_killing_the_policy_server_midway_loses_no_episode(write_experiment, tmp
                                           "--no-progress"), env=plugin_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     deadline = time.monotonic() + 120
-    while not list(out.glob("served/parts/*.jsonl")) or not any(
-            p.read_text().strip() for p in out.glob("served/parts/*.jsonl")):
+    while not any(p.read_text().strip() for p in out.glob("served/parts/*.jsonl")) or not list(gate.glob("*.waiting")):
         assert time.monotonic() < deadline and proc.poll() is None, "no served episode recorded"
         time.sleep(0.1)
-    pids = _server_pids(out)
+    pids = _server_pids(gate)
     assert len(pids) == 1
     os.kill(pids[0], signal.SIGKILL)
+    (gate / "release").touch()  # the restarted server passes
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 0, stderr
     assert "died; restarting" in stderr
@@ -64,7 +69,7 @@ def test_killing_the_policy_server_midway_loses_no_episode(write_experiment, tmp
     assert all(r[1] == "success" for r in served_final.values())
     log = (out / "served" / "server.log").read_text()
     assert log.count("=== ") >= 2  # started, then restarted after the kill
-    assert _server_pids(out) == []  # stopped at the end
+    assert _server_pids(gate) == []  # stopped at the end
     result = json.loads((out / "experiment_result.json").read_text())
     assert result["runs"]["served"]["status"] == "completed"
 
