@@ -1,18 +1,23 @@
-"""The dependency rule of docs/architecture.md, checked on the source: every `import evalfleet...` (at module
-level or inside a function) points down the layers, no module imports the command line, and there is no
-import circle between modules."""
+"""The dependency rule of docs/architecture.md, checked on the source: every package and top-level module of
+evalfleet has a layer (a new one without a layer fails here), every `import evalfleet...` (at module level or
+inside a function) points down the layers, no library module imports the command line, and there is no import
+circle between modules. The checks are functions of an import graph, so the tests at the end plant each
+violation in a copy of the tree and show that it is caught."""
 
 from __future__ import annotations
 
 import ast
+import shutil
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
-# Lower layers never import higher ones. Modules of one layer may import each other (without circles).
-LAYERS = [
-    {"evalfleet", "evalfleet.errors", "evalfleet.registry", "evalfleet.seeding", "evalfleet.arguments",
-     "evalfleet.textlayout", "evalfleet.feedback", "evalfleet.layout"},
+# Every package and top-level module of evalfleet, by layer, lowest first. A module imports only its own layer
+# or lower ones; modules of one layer may import each other (without circles).
+LAYERS: list[set[str]] = [
+    {"evalfleet", "evalfleet.errors", "evalfleet.registry", "evalfleet.seeding", "evalfleet.textlayout",
+     "evalfleet.secrets", "evalfleet.shell", "evalfleet.feedback", "evalfleet.process_exit", "evalfleet.interpreter",
+     "evalfleet.layout"},
     {"evalfleet.sim"},
     {"evalfleet.policies"},
     {"evalfleet.serving", "evalfleet.plugins"},
@@ -21,21 +26,27 @@ LAYERS = [
     {"evalfleet.analysis"},
     {"evalfleet.outputs"},
     {"evalfleet.execution"},
-    {"cli"},  # evalfleet.cli and every subcommand module (argument parsers over the library)
+    {"evalfleet.cli"},  # the command line: every parser and handler
 ]
-CLI_MODULES = {"evalfleet.cli", "evalfleet.execution.submit"}  # plus every `<package>.commands`
-
-
-def module_name(path: Path) -> str:
-    name = ".".join(path.relative_to(SRC).with_suffix("").parts)
-    return name.removesuffix(".__init__")
-
+CLI = "evalfleet.cli"
+CLI_LAYER = len(LAYERS) - 1
+# Command-line modules that still sit in a library package until they move into evalfleet/cli/: each is the
+# command line (layer CLI_LAYER), and no library module imports it (their packages do not re-export them).
+CLI_OUTSIDE_THE_PACKAGE = {
+    "evalfleet.execution.watchdog.command", "evalfleet.execution.watchdog.__main__",
+    "evalfleet.execution.osmo.command", "evalfleet.execution.osmo.__main__",
+}
 
 # Third-party packages heavy enough that the modules importing them load only on first use. A function-level
 # import of such a module (a registry factory loading its simulator adapter) is not a circle: nothing runs
 # it at import time, and making it a module-level import would load the simulator to read an Experiment.
 HEAVY = {"mujoco", "metaworld", "robosuite", "gymnasium", "gym_pusht", "ray", "matplotlib", "torch", "websockets",
          "zmq"}
+
+
+def module_name(path: Path, src: Path = SRC) -> str:
+    name = ".".join(path.relative_to(src).with_suffix("").parts)
+    return name.removesuffix(".__init__")
 
 
 def _targets(node: ast.AST, modules: dict[str, Path]) -> list[str]:
@@ -48,10 +59,18 @@ def _targets(node: ast.AST, modules: dict[str, Path]) -> list[str]:
     return []
 
 
-def imports(*, for_circles: bool = False) -> dict[str, set[str]]:
-    """Module → the evalfleet modules it imports, at module level or in a function. `for_circles`: without
-    function-level imports of modules that import a HEAVY package at module level."""
-    modules = {module_name(p): p for p in SRC.rglob("*.py")}
+def _raw_targets(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        return [node.module]
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    return []
+
+
+def imports(src: Path = SRC, *, for_circles: bool = False) -> dict[str, set[str]]:
+    """Module → the evalfleet modules it imports, at module level or in a function, for every module under
+    `src`. `for_circles`: without function-level imports of modules that import a HEAVY package at module level."""
+    modules = {module_name(p, src): p for p in (src / "evalfleet").rglob("*.py")}
     trees = {name: ast.parse(path.read_text(encoding="utf-8")) for name, path in modules.items()}
     heavy = {name for name, tree in trees.items()
              if any(t.split(".")[0] in HEAVY for node in tree.body for t in _raw_targets(node))}
@@ -75,57 +94,50 @@ def imports(*, for_circles: bool = False) -> dict[str, set[str]]:
     return graph
 
 
-def _raw_targets(node: ast.AST) -> list[str]:
-    if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-        return [node.module]
-    if isinstance(node, ast.Import):
-        return [a.name for a in node.names]
-    return []
+def unit(module: str) -> str:
+    """The package or top-level module a layer is given to: `evalfleet.sim.base` → `evalfleet.sim`."""
+    return ".".join(module.split(".")[:2])
 
 
-def layer_of(module: str) -> int:
-    if module in CLI_MODULES or module.endswith(".commands"):
-        return len(LAYERS) - 1
-    parts = module.split(".")
-    for depth in (2, 1):
-        prefix = ".".join(parts[:depth])
-        for i, members in enumerate(LAYERS):
-            if prefix in members:
-                return i
-    raise AssertionError(f"{module} is in no layer: add its package to LAYERS and docs/architecture.md")
+def layer_of(module: str) -> int | None:
+    if is_cli(module):
+        return CLI_LAYER
+    return next((i for i, members in enumerate(LAYERS) if unit(module) in members), None)
+
+
+def is_cli(module: str) -> bool:
+    return unit(module) == CLI or module in CLI_OUTSIDE_THE_PACKAGE
+
+
+def unassigned(graph: dict[str, set[str]]) -> list[str]:
+    """The packages and top-level modules that LAYERS does not name."""
+    return sorted({unit(m) for m in graph if layer_of(m) is None})
 
 
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
     return [f"{a} (layer {layer_of(a)}) imports {b} (layer {layer_of(b)})"
-            for a, targets in graph.items() for b in sorted(targets) if layer_of(b) > layer_of(a)]
+            for a, targets in sorted(graph.items()) for b in sorted(targets)
+            if not is_cli(b) and None not in (layer_of(a), layer_of(b)) and layer_of(b) > layer_of(a)]
 
 
-def test_imports_point_down_the_layers():
-    violations = upward_imports(imports())
-    assert not violations, "\n".join(violations)
+def command_line_imports(graph: dict[str, set[str]]) -> list[str]:
+    return [f"{a} imports the command line: {b}" for a, targets in sorted(graph.items()) for b in sorted(targets)
+            if is_cli(b) and not is_cli(a)]
 
 
-def test_nothing_imports_the_command_line():
-    graph = imports()
-    assert not [a for a, targets in graph.items() if "evalfleet.cli" in targets]
-    below_cli = [f"{a} imports {b}" for a, targets in graph.items() for b in targets
-                 if layer_of(b) == len(LAYERS) - 1 and layer_of(a) < len(LAYERS) - 1]
-    assert not below_cli, "\n".join(below_cli)
-
-
-def test_no_import_circles():
-    graph = imports(for_circles=True)
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every import circle: the strongly connected components of more than one module (Tarjan)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
     on_stack: set[str] = set()
-    circles: list[list[str]] = []
+    found: list[list[str]] = []
 
-    def visit(v: str) -> None:  # Tarjan's strongly connected components
+    def visit(v: str) -> None:
         index[v] = low[v] = len(index)
         stack.append(v)
         on_stack.add(v)
-        for w in graph.get(v, ()):
+        for w in sorted(graph.get(v, ())):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -140,20 +152,95 @@ def test_no_import_circles():
                 if w == v:
                     break
             if len(component) > 1:
-                circles.append(sorted(component))
+                found.append(sorted(component))
 
     for v in sorted(graph):
         if v not in index:
             visit(v)
-    assert not circles, circles
+    return found
 
 
-def test_the_rule_catches_a_violation():
-    """The checker itself: a rollout module importing the pipeline, or the simulator the plan, is reported."""
-    graph = imports()
-    graph["evalfleet.rollout.runner"] = graph["evalfleet.rollout.runner"] | {"evalfleet.execution.pipeline"}
-    graph["evalfleet.sim.metaworld_env"] = graph["evalfleet.sim.metaworld_env"] | {"evalfleet.experiment.plan"}
-    assert sorted(upward_imports(graph)) == [
-        "evalfleet.rollout.runner (layer 5) imports evalfleet.execution.pipeline (layer 8)",
-        "evalfleet.sim.metaworld_env (layer 1) imports evalfleet.experiment.plan (layer 4)",
+def test_every_package_has_a_layer():
+    missing = unassigned(imports())
+    assert not missing, f"{missing} are in no layer: add each to LAYERS here and to docs/architecture.md"
+
+
+def test_imports_point_down_the_layers():
+    violations = upward_imports(imports())
+    assert not violations, "\n".join(violations)
+
+
+def test_nothing_imports_the_command_line():
+    violations = command_line_imports(imports())
+    assert not violations, "\n".join(violations)
+
+
+def test_no_import_circles():
+    found = circles(imports(for_circles=True))
+    assert not found, found
+
+
+# ---------------------------------------------------------------------------------------------- the checker
+
+
+def planted_tree(tmp_path: Path) -> Path:
+    """A copy of src/evalfleet to plant violations in."""
+    shutil.copytree(SRC / "evalfleet", tmp_path / "evalfleet", ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path
+
+
+def plant(src: Path, relative: str, code: str) -> None:
+    path = src / "evalfleet" / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text((path.read_text(encoding="utf-8") if path.exists() else "") + "\n" + code + "\n",
+                    encoding="utf-8")
+
+
+def test_the_copy_of_the_tree_is_clean(tmp_path):
+    src = planted_tree(tmp_path)
+    graph = imports(src)
+    assert graph == imports() and not unassigned(graph) and not upward_imports(graph)
+    assert not command_line_imports(graph)
+
+
+def test_the_rule_catches_an_import_of_the_command_line(tmp_path):
+    src = planted_tree(tmp_path)
+    plant(src, "rollout/runner.py", "from evalfleet.cli import main")
+    plant(src, "outputs/report.py", "def later():\n    import evalfleet.cli.plan")
+    assert command_line_imports(imports(src)) == [
+        "evalfleet.outputs.report imports the command line: evalfleet.cli.plan",
+        "evalfleet.rollout.runner imports the command line: evalfleet.cli",
     ]
+    # a command-line module still outside the package is the command line too; the command line may import it
+    graph = {"evalfleet.execution.pipeline": {"evalfleet.execution.watchdog.command"},
+             "evalfleet.execution.watchdog.command": {"evalfleet.execution.watchdog.process"},
+             "evalfleet.execution.watchdog.process": set(),
+             "evalfleet.cli": {"evalfleet.execution.watchdog.command"}}
+    assert command_line_imports(graph) == [
+        "evalfleet.execution.pipeline imports the command line: evalfleet.execution.watchdog.command"]
+
+
+def test_the_rule_catches_a_package_without_a_layer(tmp_path):
+    src = planted_tree(tmp_path)
+    plant(src, "trackers/__init__.py", '"""A new package."""')
+    plant(src, "trackers/wandb.py", "from evalfleet.errors import UserError")
+    plant(src, "helpers.py", '"""A new top-level module."""')
+    assert unassigned(imports(src)) == ["evalfleet.helpers", "evalfleet.trackers"]
+
+
+def test_the_rule_catches_an_upward_import(tmp_path):
+    src = planted_tree(tmp_path)
+    plant(src, "rollout/runner.py", "def later():\n    from evalfleet.execution.pipeline import run")
+    plant(src, "sim/base.py", "from evalfleet.experiment import plan")
+    plant(src, "errors.py", "import evalfleet.sim.base")
+    assert upward_imports(imports(src)) == [
+        "evalfleet.errors (layer 0) imports evalfleet.sim.base (layer 1)",
+        "evalfleet.rollout.runner (layer 5) imports evalfleet.execution.pipeline (layer 8)",
+        "evalfleet.sim.base (layer 1) imports evalfleet.experiment.plan (layer 4)",
+    ]
+
+
+def test_the_rule_catches_a_circle():
+    graph = {"evalfleet.sim.a": {"evalfleet.sim.b"}, "evalfleet.sim.b": {"evalfleet.sim.c"},
+             "evalfleet.sim.c": {"evalfleet.sim.a"}, "evalfleet.sim.d": {"evalfleet.sim.a"}}
+    assert circles(graph) == [["evalfleet.sim.a", "evalfleet.sim.b", "evalfleet.sim.c"]]

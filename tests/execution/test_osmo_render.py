@@ -29,7 +29,7 @@ URL = "swift://pdx.example/AUTH_team/evals/{{workflow_id}}"
 
 
 def dry_run(path: Path, *overrides: str, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "evalfleet.execution.submit", str(path), "--backend", "osmo",
+    return subprocess.run([sys.executable, "-m", "evalfleet.cli", "submit", str(path), "--backend", "osmo",
                            "--dry-run", *extra, *overrides], capture_output=True, text=True, cwd=ROOT)
 
 
@@ -260,9 +260,9 @@ def test_makespan_bench_prints_its_table_as_json():
 
 def test_arena_spellings_and_ray_needs_an_address():
     plain = dry_run(QUICKSTART, "osmo.gpus=0")
-    proc = subprocess.run([sys.executable, "-m", "evalfleet.execution.submit", "--experiment_cfg", str(QUICKSTART),
+    proc = subprocess.run([sys.executable, "-m", "evalfleet.cli", "submit", "--experiment_cfg", str(QUICKSTART),
                            "--backend", "osmo", "--dry_run", "osmo.gpus=0"], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout == plain.stdout
-    ray = subprocess.run([sys.executable, "-m", "evalfleet.execution.submit", str(QUICKSTART), "--backend", "ray"],
+    ray = subprocess.run([sys.executable, "-m", "evalfleet.cli", "submit", str(QUICKSTART), "--backend", "ray"],
                          capture_output=True, text=True)
     assert ray.returncode == 2 and "--ray-address" in ray.stderr

@@ -25,7 +25,7 @@ URL = "s3://bucket/evals/{{workflow_id}}"
 
 
 def submit(*args: str, env: dict[str, str], cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "evalfleet.execution.submit", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "evalfleet.cli", "submit", *args], capture_output=True,
                           text=True, cwd=cwd, env=env)
 
 

@@ -1,5 +1,4 @@
-"""Command-line spellings shared by `evalfleet` and the module entry points (`python -m
-evalfleet.execution.submit`), kept apart from `cli` so that nothing needs to import it."""
+"""Arena's spellings of `evalfleet`'s flags (`--experiment_cfg`, `--dry_run`, ...), read as the dashed ones."""
 
 from __future__ import annotations
 

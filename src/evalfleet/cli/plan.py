@@ -7,23 +7,8 @@ import json
 import re
 import sys
 
-
-def add_experiment_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("experiment", nargs="?", metavar="EXP.yaml", help="the Experiment file")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides, e.g. runs.NAME.rollout_limit.num_episodes=4")
-    p.add_argument("--experiment-cfg", dest="experiment_cfg", metavar="EXP.yaml", help="the Experiment file (Arena spelling)")
-
-
-def experiment_path(args: argparse.Namespace) -> str:
-    from evalfleet.errors import UserError
-
-    path = args.experiment_cfg or args.experiment
-    if args.experiment_cfg and args.experiment:
-        # With --experiment-cfg the first positional is an override.
-        args.overrides = [args.experiment, *args.overrides]
-    if not path:
-        raise UserError("give an Experiment file: evalfleet COMMAND EXP.yaml [KEY=VALUE ...]", where="command line")
-    return path
+from evalfleet.cli.experiment_args import add_experiment_args, experiment_path, print_overrides
+from evalfleet.errors import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,68 +29,50 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=cmd_variations)
 
 
-def print_overrides(path: str, overrides: list[str]) -> None:
-    from evalfleet.experiment.listing import format_leaves, overridable_leaves
-    from evalfleet.experiment.loading import load_experiment
-
-    loaded = load_experiment(path, overrides)
-    for line in format_leaves(overridable_leaves(loaded.experiment, loaded.document)):
-        print(line)
-    for line in backend_override_lines(loaded):
-        print(line)
-
-
-def backend_override_lines(loaded) -> list[str]:  # noqa: ANN001
-    """Backend settings (osmo.*, ray.*) with their defaults, from backends that declare them."""
-    try:
-        from evalfleet.execution.settings import backend_setting_leaves
-    except ImportError:
-        return []
-    return backend_setting_leaves(loaded.backend_settings)
-
-
 def cmd_overrides(args: argparse.Namespace) -> int:
     print_overrides(experiment_path(args), args.overrides)
     return 0
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from evalfleet.errors import UserError
+    from evalfleet.execution.api import check_workers
+    from evalfleet.execution.settings import check_backend_settings
     from evalfleet.experiment.loading import load_experiment
     from evalfleet.experiment.plan import make_plan
+    from evalfleet.textlayout import output_width
 
     path = experiment_path(args)
     # The same refusals as `evalfleet run`, so a plan never shows what a run would refuse.
-    from evalfleet.execution.api import check_workers
-
     check_workers(args.workers)
     if args.shard_size is not None and args.shard_size <= 0:
         raise UserError("--shard-size must be a positive number of episodes", where="command line", key="--shard-size")
-    from evalfleet.textlayout import output_width
-
     loaded = load_experiment(path, args.overrides)
-    from evalfleet.execution.settings import check_backend_settings
-
     check_backend_settings(loaded.backend_settings)  # a wrong osmo.* / experiment_runner.* key: exit 2 here too
     plan = make_plan(loaded, shard_size=args.shard_size, workers=args.workers)
     if args.json:
         json.dump(plan.to_json(), sys.stdout, indent=1)
         print()
         return 0
-    from evalfleet.execution.settings import backend_settings
-
-    k = backend_settings("osmo", loaded.backend_settings).max_parallel_runs
-    for line in plan_lines(loaded.experiment.name, plan, output_width(), max_parallel_runs=k):
+    for line in plan_lines(loaded.experiment.name, plan, output_width(), order=parallel_order_note(loaded, plan)):
         print(line)
     return 0
+
+
+def parallel_order_note(loaded, plan) -> str | None:  # noqa: ANN001
+    """What the Experiment's osmo.max_parallel_runs does to its Runs, in words (None when it changes nothing)."""
+    from evalfleet.execution.osmo import parallel_order
+    from evalfleet.execution.settings import backend_settings
+
+    return parallel_order(list(plan.runs), backend_settings("osmo", loaded.backend_settings).max_parallel_runs)
 
 
 FREE_PORT = "FREE_PORT"
 _PORT_FLAG = re.compile(r"(--[\w.-]*port)([= ])(\d+)\b")
 
 
-def plan_lines(name: str, plan, width: int, *, max_parallel_runs: int | None = None) -> list[str]:  # noqa: ANN001
-    """The plan as text lines for `width` columns: Run names whole, commands wrapped between arguments."""
+def plan_lines(name: str, plan, width: int, *, order: str | None = None) -> list[str]:  # noqa: ANN001
+    """The plan as text lines for `width` columns: Run names whole, commands wrapped between arguments; `order`:
+    how the Runs are ordered on a cluster (`parallel_order_note`), when that changes anything."""
     from evalfleet.textlayout import Column, command_lines, table_lines, wrap_fields
 
     columns = [Column("run"), Column("task"), Column("policy"), Column("episodes", "right"), Column("envs", "right"),
@@ -117,9 +84,6 @@ def plan_lines(name: str, plan, width: int, *, max_parallel_runs: int | None = N
                      str(sum(1 for s in plan.shards if s.run == rp.name)), ", ".join(rp.samplers) or "-"])
     lines = table_lines(columns, rows, width, title=f"{name}: {plan.total_episodes} episodes, {len(plan.shards)} shards")
     lines.extend(spec_check_lines(plan, width))
-    from evalfleet.execution.osmo import parallel_order
-
-    order = parallel_order(list(plan.runs), max_parallel_runs)
     if order:
         lines.extend(wrap_fields(order.split(" "), width, gap=" ", hanging="  "))
     if not plan.servers:
@@ -151,20 +115,7 @@ def spec_check_lines(plan, width: int) -> list[str]:  # noqa: ANN001
     return lines
 
 
-def _console():  # noqa: ANN202
-    """A rich Console that lets a closed pipe (`| head`) reach cli.main, which ends quietly with exit 0;
-    rich's own handling exits 1."""
-    from rich.console import Console
-
-    class PipeFriendlyConsole(Console):
-        def on_broken_pipe(self) -> None:
-            raise BrokenPipeError
-
-    return PipeFriendlyConsole()
-
-
 def cmd_variations(args: argparse.Namespace) -> int:
-    from evalfleet.errors import UserError
     from evalfleet.plugins import load_registries
     from evalfleet.sim.base import ENVIRONMENTS
 

@@ -1,5 +1,5 @@
-"""`evalfleet run`, `evalfleet runner`, `evalfleet submit` and `evalfleet watchdog`: argument parsers over
-the library (execution.pipeline.run, execution.worker.run_worker, a backend's submit, watchdog.supervise)."""
+"""`evalfleet run` and `evalfleet runner`: argument parsers over the library (execution.pipeline.run,
+execution.worker.run_worker) and the summary table a run ends with."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from evalfleet.experiment.commands import add_experiment_args, experiment_path
+from evalfleet.cli.experiment_args import add_experiment_args, experiment_path, print_overrides
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,12 +46,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--worker-id", default="0", help="this worker's name in --claim-dir")
     p.set_defaults(handler=cmd_runner)
 
-    from evalfleet.execution.submit import add_submit_parser
-    from evalfleet.execution.watchdog import add_watchdog_parser
-
-    add_submit_parser(sub)
-    add_watchdog_parser(sub)
-
 
 def cmd_run(args: argparse.Namespace) -> int:
     from evalfleet.execution.pipeline import run
@@ -65,8 +59,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.experiment = str(Path(args.output) / "experiment.yaml")
     path = experiment_path(args)
     if args.list_overrides:
-        from evalfleet.experiment.commands import print_overrides
-
         print_overrides(path, args.overrides)
         return 0
     # Built first: a bad value is refused (naming its flag) before anything is written.

@@ -1,11 +1,9 @@
 """`evalfleet submit EXP.yaml [KEY=VALUE ...] --backend osmo|ray [--dry-run] [--list-overrides] [--output-dir DIR]`
 
-A thin parser over the chosen backend's `submit` (execution/backends.py). OSMO (execution/osmo.py): renders
+A thin parser over the chosen backend's `submit` (execution/backends.py). OSMO (execution/osmo): renders
 the Experiment into one or more OSMO workflows and submits each with ``osmo workflow submit FILE -t json``,
 printing the workflow IDs; `--dry-run` prints the workflow YAML (and writes it to --output-dir when given)
 without needing the `osmo` CLI. Ray (execution/ray_backend.py): the whole evaluation as one Ray job.
-
-Registered by `add_submit_parser(subparsers)`; also runnable as ``python -m evalfleet.execution.submit``.
 """
 
 from __future__ import annotations
@@ -13,10 +11,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from evalfleet.cli.experiment_args import add_experiment_args, experiment_path, print_overrides
 
-def add_submit_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    from evalfleet.experiment.commands import add_experiment_args
 
+def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("submit", help="send the Experiment to a cluster (OSMO workflows or a Ray job)")
     add_experiment_args(p)
     p.add_argument("--backend", required=True, help="the cluster engine: osmo or ray")
@@ -33,7 +31,6 @@ def add_submit_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def cmd_submit(args: argparse.Namespace) -> int:
     from evalfleet.execution.backends import get_backend
-    from evalfleet.experiment.commands import experiment_path, print_overrides
     from evalfleet.experiment.loading import load_experiment
 
     path = experiment_path(args)
@@ -43,29 +40,3 @@ def cmd_submit(args: argparse.Namespace) -> int:
     backend = get_backend(args.backend, address=args.ray_address)
     loaded = load_experiment(path, args.overrides)
     return backend.submit(loaded, dry_run=args.dry_run, output_dir=args.output_dir, stream=sys.stdout)
-
-
-def main(argv: list[str] | None = None) -> int:
-    from evalfleet.errors import UserError
-
-    parser = argparse.ArgumentParser(prog="evalfleet")
-    sub = parser.add_subparsers(dest="command", required=True)
-    add_submit_parser(sub)
-    from evalfleet.arguments import normalise_argv  # Arena spellings (--experiment_cfg, --dry_run, ...)
-
-    argv = normalise_argv(list(sys.argv[1:] if argv is None else argv))
-    args, extra = parser.parse_known_args(["submit", *argv])
-    if extra:  # overrides after options, as `evalfleet` takes them
-        if all("=" in e and not e.startswith("-") for e in extra):
-            args.overrides = [*args.overrides, *extra]
-        else:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    try:
-        return args.handler(args)
-    except UserError as exc:
-        print(f"error: {exc.line()}", file=sys.stderr)
-        return exc.exit_code
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

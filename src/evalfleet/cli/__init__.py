@@ -1,5 +1,8 @@
-"""The `evalfleet` command. Each package contributes its subcommands through a `register(subparsers)`
-function in its `commands` module; handlers import heavy dependencies lazily so `--help` stays fast."""
+"""The `evalfleet` command: every parser and handler lives in this package, one module per command family
+(`plan`: overrides, plan, variations; `run`: run, runner; `submit`; `serve`; `outputs`: collect, report;
+`analysis`: plot, sensitivity, compare, power), plus the watchdog's own command line module. Each contributes
+its subcommands through a `register(subparsers)` function; handlers parse, call library functions and print,
+and import heavy dependencies lazily so `--help` stays fast. Nothing in the library imports this package."""
 
 from __future__ import annotations
 
@@ -10,19 +13,25 @@ import sys
 from typing import NoReturn
 
 from evalfleet import __version__
-from evalfleet.arguments import normalise_argv
+from evalfleet.cli.arguments import normalise_argv
 from evalfleet.errors import UserError
 from evalfleet.feedback import disable_cli_feedback
 from evalfleet.interpreter import drop_working_folder
 from evalfleet.process_exit import exit_now
 
-COMMAND_MODULES = (
-    "evalfleet.experiment.commands",  # overrides, plan, variations
-    "evalfleet.execution.commands",  # run, runner, submit, watchdog
-    "evalfleet.serving.commands",  # serve
-    "evalfleet.outputs.commands",  # collect, report
-    "evalfleet.analysis.commands",  # plot, sensitivity, compare, power
+__all__ = ["build_parser", "entry", "exit_now", "main"]
+
+# "module:function" of each command family's registration, in the order `evalfleet --help` lists them.
+COMMANDS = (
+    "evalfleet.cli.plan:register",  # overrides, plan, variations
+    "evalfleet.cli.run:register",  # run, runner
+    "evalfleet.cli.submit:register",  # submit
+    "evalfleet.execution.watchdog.command:add_watchdog_parser",  # watchdog
+    "evalfleet.cli.serve:register",  # serve
+    "evalfleet.cli.outputs:register",  # collect, report
+    "evalfleet.cli.analysis:register",  # plot, sensitivity, compare, power
 )
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -30,21 +39,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"evalfleet {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module_name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                continue  # that package has no commands yet
-            raise
-        module.register(sub)
+    for spec in COMMANDS:
+        module_name, _, function = spec.partition(":")
+        getattr(importlib.import_module(module_name), function)(sub)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = normalise_argv(list(sys.argv[1:] if argv is None else argv))
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """The command line read the one way every command takes it: Arena's spellings (`--experiment_cfg`,
+    `--dry_run`) accepted, and overrides (KEY=VALUE) also after options."""
+    args, extra = parser.parse_known_args(normalise_argv(argv))
     # argparse stops taking positionals after an option: `plan EXP --json KEY=VALUE` leaves the
     # overrides over; they belong with the others.
     if extra:
@@ -52,6 +56,12 @@ def main(argv: list[str] | None = None) -> int:
             args.overrides = [*args.overrides, *extra]
         else:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parse(parser, list(sys.argv[1:] if argv is None else argv))
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2
@@ -89,7 +99,3 @@ def entry() -> NoReturn:
     first on sys.path: dropped before anything else is imported (the console script has its bin/ there)."""
     drop_working_folder()
     exit_now(main())
-
-
-if __name__ == "__main__":
-    entry()
