@@ -198,7 +198,7 @@ def test_liveness_glob_with_an_unknown_field_is_a_usage_error(flag: str, tmp_pat
 
 
 def test_a_literal_secret_never_reaches_the_rendered_task_and_arena_config_puts_it_back(tmp_path: Path) -> None:
-    from evalfleet.execution.osmo import _main
+    from evalfleet.execution.osmo.command import main as _main
 
     secret = "tok-9f8e7d6c5b4a"
     loaded = load_experiment(GROOT, [f"runs.{RUN}.policy.remote_api_token={secret}"])
