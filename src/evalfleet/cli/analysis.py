@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from evalfleet.errors import UserError
+from evalfleet.layout import PLOTS_DIR
 
 INPUT_HELP = "an output folder (searched recursively), a .tar/.tar.gz archive or an episode_results .jsonl file"
 
@@ -130,7 +131,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
     from evalfleet.feedback import enable_cli_feedback
 
-    output = _output_file(args.output) or _default_dir(args.inputs) / "plots" / SUCCESS_PLOT
+    output = _output_file(args.output) or _default_dir(args.inputs) / PLOTS_DIR / SUCCESS_PLOT
     _check_output(output, IMAGE_SUFFIXES)
     enable_cli_feedback()  # progress on stderr for big folders
     record_set = load_records(args.inputs)
@@ -166,7 +167,7 @@ def cmd_sensitivity(args: argparse.Namespace) -> int:
         raise UserError("give an output folder or --episode-results FILE.jsonl", where="command line")
     if args.bins < 1:
         raise UserError(f"--bins must be at least 1, got {args.bins}", where="command line", key="--bins")
-    output = _output_file(args.output) or _default_dir(inputs) / "plots" / "sensitivity.png"
+    output = _output_file(args.output) or _default_dir(inputs) / PLOTS_DIR / "sensitivity.png"
     _check_output(output, IMAGE_SUFFIXES)
     where = _where(inputs)
     record_set, labelled = _load(inputs, args.runs, args.policies)
@@ -217,7 +218,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     if not 0 < args.alpha < 1:
         raise UserError(f"--alpha must lie between 0 and 1, got {args.alpha}", where="command line", key="--alpha")
-    output = _output_file(args.output) or _default_dir(args.inputs) / "plots" / f"compare_{args.baseline}.json"
+    output = _output_file(args.output) or _default_dir(args.inputs) / PLOTS_DIR / f"compare_{args.baseline}.json"
     _check_output(output, (".json",))
     wanted = None
     if args.policies:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from evalfleet.cli.experiment_args import add_experiment_args, experiment_path, print_overrides
+from evalfleet.layout import EXPERIMENT_FILE, RESULT_FILE
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -56,7 +57,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         output_folder(args.output)
     if args.resume and not (args.experiment or args.experiment_cfg) and args.output:
-        args.experiment = str(Path(args.output) / "experiment.yaml")
+        args.experiment = str(Path(args.output) / EXPERIMENT_FILE)
     path = experiment_path(args)
     if args.list_overrides:
         print_overrides(path, args.overrides)
@@ -89,7 +90,7 @@ def print_summary(result: Any) -> None:
             print(f"{r.name}: {r.status}: {r.reason}", file=sys.stderr)
         if r.set_aside:
             print(f"{r.name}: {r.set_aside} records set aside (not this Run's planned episodes); see "
-                  "experiment_result.json", file=sys.stderr)
+                  f"{RESULT_FILE}", file=sys.stderr)
     print(f"report: {result.report}", file=sys.stderr)
 
 
