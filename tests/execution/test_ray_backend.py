@@ -211,29 +211,39 @@ class TestLocalInstance:
     def test_task_whose_worker_dies_is_retried(self, tmp_path, local_reference):
         """SIGKILL of the Ray worker process running a shard task: Ray retries the task, which resumes from the
         records the driver already has; nothing is lost or run twice, results equal the local backend's."""
-        out = tmp_path / "out"
+        out, gate = tmp_path / "out", tmp_path / "gate"
+        gate.mkdir()
         killed: list[int] = []
+
+        def recorded() -> bool:
+            return any(p.read_text().strip() for p in out.glob("*/parts/*.jsonl"))
 
         def killer():
             deadline = time.monotonic() + 120
-            while not any(p.read_text().strip() for p in out.glob("*/parts/*.jsonl")):
+            while not (recorded() and list(gate.glob("*.waiting"))):
                 if time.monotonic() > deadline:
                     return
                 time.sleep(0.1)
-            for entry in os.listdir("/proc"):
-                try:
-                    cmd = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
-                except OSError:
-                    continue
-                if cmd.startswith("ray::run_shard_on_worker"):
-                    os.kill(int(entry), signal.SIGKILL)
-                    killed.append(int(entry))
-                    return
+            try:
+                for entry in os.listdir("/proc"):
+                    try:
+                        cmd = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
+                    except OSError:
+                        continue
+                    if cmd.startswith("ray::run_shard_on_worker"):
+                        os.kill(int(entry), signal.SIGKILL)
+                        killed.append(int(entry))
+                        return
+            finally:
+                (gate / "release").touch()  # the retried task's runner (and the orphaned one) pass
 
         thread = threading.Thread(target=killer, daemon=True)
         thread.start()
-        slow = [*SMALL, "shared.policy.type=test_slow_expert", "shared.policy.delay_s=0.01"]
-        code, results = run_with_ray(out, overrides=slow, shard_size=4)
+        # Each shard's runner finishes one episode, then waits in the next until the kill (GatedExpert): a task is
+        # still running when records appear, however fast the machine.
+        gated = [*SMALL, "shared.policy.type=test_gated_expert", f"shared.policy.gate={gate}",
+                 "shared.policy.after_episodes=1"]
+        code, results = run_with_ray(out, overrides=gated, shard_size=4)
         thread.join(10)
         assert killed, "no shard task was running when records appeared"
         assert code == 0, [(r.error, r.result) for r in results]
