@@ -259,10 +259,14 @@ class TestLocalInstance:
     def test_served_policy_in_one_placement_group(self, tmp_path):
         """openpi_remote serving the scripted expert: server and runner share a placement group, the server
         is killed mid-run and restarted on its port, no episode is lost, and it is stopped at the end."""
-        exp = tmp_path / "served.yaml"
+        exp, gate = tmp_path / "served.yaml", tmp_path / "gate"
+        gate.mkdir()
+        # The served expert finishes one episode, then waits in the next until the kill (GatedExpert): the server
+        # is always killed while episodes are pending, however fast the machine.
         exp.write_text(yaml.safe_dump({"name": "served", "seed": 0, "runs": {"reach_served": {
             "environment": {"type": "metaworld", "task": "reach-v3"},
-            "policy": {"type": "openpi_remote", "serve": {"type": "test_slow_expert", "delay_s": 0.02},
+            "policy": {"type": "openpi_remote",
+                       "serve": {"type": "test_gated_expert", "gate": str(gate), "after_episodes": 1},
                        "allow_unauthenticated": True,
                        "request_timeout_s": 10},
             "rollout_limit": {"num_episodes": 6},
@@ -277,9 +281,11 @@ class TestLocalInstance:
             info = ray.get(actor.info.remote())
             seen["info_before"] = info
             # kill the server once the runner has recorded something
-            while not list((tmp_path / "out").glob("*/parts/*.jsonl")) and time.monotonic() < deadline:
+            while not (list((tmp_path / "out").glob("*/parts/*.jsonl")) and list(gate.glob("*.waiting"))) \
+                    and time.monotonic() < deadline:
                 time.sleep(0.1)
             os.kill(info["pid"], signal.SIGKILL)
+            (gate / "release").touch()  # the restarted server passes
             seen["killed_at"] = time.time()
             seen["killed_pid"] = info["pid"]
             while time.monotonic() < deadline:
