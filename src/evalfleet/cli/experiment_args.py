@@ -10,8 +10,10 @@ from evalfleet.errors import UserError
 
 def add_experiment_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("experiment", nargs="?", metavar="EXP.yaml", help="the Experiment file")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides, e.g. runs.NAME.rollout_limit.num_episodes=4")
-    p.add_argument("--experiment-cfg", dest="experiment_cfg", metavar="EXP.yaml", help="the Experiment file (Arena spelling)")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="overrides, e.g. runs.NAME.rollout_limit.num_episodes=4")
+    p.add_argument("--experiment-cfg", dest="experiment_cfg", metavar="EXP.yaml",
+                   help="the Experiment file (Arena spelling)")
 
 
 def experiment_path(args: argparse.Namespace) -> str:
