@@ -36,6 +36,7 @@ def cmd_overrides(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from evalfleet.execution.api import check_workers
+    from evalfleet.execution.osmo import run_order
     from evalfleet.execution.settings import check_backend_settings
     from evalfleet.experiment.loading import load_experiment
     from evalfleet.experiment.plan import make_plan
@@ -53,17 +54,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         json.dump(plan.to_json(), sys.stdout, indent=1)
         print()
         return 0
-    for line in plan_lines(loaded.experiment.name, plan, output_width(), order=parallel_order_note(loaded, plan)):
+    order = run_order(loaded, list(plan.runs))  # what osmo.max_parallel_runs does to these Runs
+    for line in plan_lines(loaded.experiment.name, plan, output_width(), order=order):
         print(line)
     return 0
-
-
-def parallel_order_note(loaded, plan) -> str | None:  # noqa: ANN001
-    """What the Experiment's osmo.max_parallel_runs does to its Runs, in words (None when it changes nothing)."""
-    from evalfleet.execution.osmo import parallel_order
-    from evalfleet.execution.settings import backend_settings
-
-    return parallel_order(list(plan.runs), backend_settings("osmo", loaded.backend_settings).max_parallel_runs)
 
 
 FREE_PORT = "FREE_PORT"
@@ -72,7 +66,7 @@ _PORT_FLAG = re.compile(r"(--[\w.-]*port)([= ])(\d+)\b")
 
 def plan_lines(name: str, plan, width: int, *, order: str | None = None) -> list[str]:  # noqa: ANN001
     """The plan as text lines for `width` columns: Run names whole, commands wrapped between arguments; `order`:
-    how the Runs are ordered on a cluster (`parallel_order_note`), when that changes anything."""
+    how the Runs are ordered on a cluster (`execution.osmo.run_order`), when that changes anything."""
     from evalfleet.textlayout import Column, command_lines, table_lines, wrap_fields
 
     columns = [Column("run"), Column("task"), Column("policy"), Column("episodes", "right"), Column("envs", "right"),
