@@ -50,10 +50,7 @@ Shape of a rendered workflow (see docs/cluster.md)::
 """
 
 from evalfleet.execution.osmo.arena import (
-    ARENA_ATTEMPTS_DIR,
-    ARENA_RESULT_FILE,
     ARENA_RUNNER_SCRIPT,
-    ATTEMPT_FOLDER,
     arena_attempt_script,
     arena_planned_episodes,
     arena_run_document,
@@ -94,7 +91,7 @@ from evalfleet.execution.osmo.workflow import (
 )
 
 __all__ = [
-    "ARENA_ATTEMPTS_DIR", "ARENA_RESULT_FILE", "ARENA_RUNNER_SCRIPT", "ATTEMPT_FOLDER", "TASK_DIR", "TOKEN",
+    "ARENA_RUNNER_SCRIPT", "TASK_DIR", "TOKEN",
     "OsmoBackend", "RenderedWorkflow", "RunPlacement", "SubmissionError", "Submitted",
     "arena_attempt_script", "arena_planned_episodes", "arena_run_document", "arena_runner_command",
     "arena_runner_script", "check_resources", "collect_group", "finish_arena_run", "finish_run",

@@ -14,11 +14,9 @@ from evalfleet import shell as sh
 from evalfleet.execution.osmo.credentials import secrets_as_variables
 from evalfleet.execution.osmo.names import TASK_DIR
 from evalfleet.execution.osmo.scripts import heredoc, wait_for_server
+from evalfleet.layout import ARENA_ATTEMPT_FOLDER, ARENA_ATTEMPTS_DIR, ARENA_RESULT_FILE, STATUS_FILE
 
 ARENA_RUNNER_SCRIPT = "isaaclab_arena/evaluation/experiment_runner.py"  # relative to the image's work dir
-ARENA_RESULT_FILE = "experiment_runner_result.json"  # what Arena's collector reads in a runner's output
-ARENA_ATTEMPTS_DIR = "arena_attempts"  # {{output}}/arena_attempts/attempt-<NNN>: one Arena output per attempt
-ATTEMPT_FOLDER = "attempt-{attempt:03d}"  # zero-padded: collect reads the attempts in name order = launch order
 
 
 def is_arena_run(run: Any) -> bool:
@@ -81,7 +79,7 @@ def arena_runner_script(run: str, task: str, policy: str, planned: int | None, s
     """run.sh of an Arena Run's runner task. Always exits 0 and leaves <run>/run_status.json and Arena's
     experiment_runner_result.json, also when evalfleet cannot be found in the image."""
     q = sh.quote
-    liveness = [f"/{ARENA_ATTEMPTS_DIR}/{ATTEMPT_FOLDER}/**", f"/{ARENA_ATTEMPTS_DIR}/{ATTEMPT_FOLDER}.log"]
+    liveness = [f"/{ARENA_ATTEMPTS_DIR}/{ARENA_ATTEMPT_FOLDER}/**", f"/{ARENA_ATTEMPTS_DIR}/{ARENA_ATTEMPT_FOLDER}.log"]
     missing = "evalfleet is not installed in experiment_runner.image (its watchdog supervises Arena's runner):" \
         " install it there or set experiment_runner.evalfleet_pip"
     lines = [
@@ -113,7 +111,7 @@ def arena_runner_script(run: str, task: str, policy: str, planned: int | None, s
     lines += ['if [ -z "$EF_PY" ]; then', f"  echo {q('evalfleet: ' + missing)} >&2"]
     # (a heredoc's end line must start at column 0; JSON is one ASCII line, never the end line; the quoted
     # delimiter expands nothing)
-    lines += [x for x in heredoc('"$OUT/$RUN/run_status.json"', json.dumps(
+    lines += [x for x in heredoc(f'"$OUT/$RUN/{STATUS_FILE}"', json.dumps(
         {"run": run, "task": task, "policy": policy, "planned_episodes": planned, "state": "failed",
          "reason": missing}))]
     lines += [x for x in heredoc(f'"$OUT/{ARENA_RESULT_FILE}"', json.dumps(

@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from evalfleet.execution.osmo.arena import ARENA_ATTEMPTS_DIR, ARENA_RESULT_FILE, ATTEMPT_FOLDER
 from evalfleet.execution.output_dir import write_run_status
+from evalfleet.layout import ARENA_ATTEMPT_FOLDER, ARENA_ATTEMPTS_DIR, ARENA_RESULT_FILE
 from evalfleet.secrets import looks_secret
 
 def finish_run(output: Path, run: str, exit_code: int, *, task: str | None = None, policy: str | None = None,
@@ -94,7 +94,7 @@ def finish_arena_run(output: Path, run: str, exit_code: int, *, task: str | None
     for a in watchdog.get("attempts") or []:
         if not isinstance(a, dict) or not isinstance(a.get("attempt"), int):
             continue
-        folder = f"{ARENA_ATTEMPTS_DIR}/{ATTEMPT_FOLDER.format(attempt=a['attempt'])}"
+        folder = f"{ARENA_ATTEMPTS_DIR}/{ARENA_ATTEMPT_FOLDER.format(attempt=a['attempt'])}"
         attempts.append({"attempt": a["attempt"], "folder": folder, "outcome": a.get("outcome"),
                          "reason": a.get("reason"), "exit_code": a.get("exit_code"),
                          "episodes_recorded": _arena_attempt_records(output / folder, run)})

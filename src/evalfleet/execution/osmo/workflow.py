@@ -22,6 +22,7 @@ from evalfleet.execution.osmo.names import PREEMPTED_EXIT, TASK_DIR, check_outpu
 from evalfleet.execution.osmo.resources import RunPlacement, check_resources, placements, resource_profiles
 from evalfleet.execution.osmo.scripts import collect_script, runner_script, server_script
 from evalfleet.execution.settings import OsmoSettings, backend_settings, check_backend_settings
+from evalfleet.layout import EXPERIMENT_FILE
 
 
 @dataclass
@@ -135,7 +136,7 @@ def collect_group(runners: list[str], settings: OsmoSettings, experiment_yaml: s
         "image": settings.image,
         "command": ["bash", f"{TASK_DIR}/collect.sh"],
         "files": [{"path": f"{TASK_DIR}/collect.sh", "contents": collect_script(sources, output)},
-                  {"path": f"{TASK_DIR}/experiment/experiment.yaml", "contents": experiment_yaml}],
+                  {"path": f"{TASK_DIR}/experiment/{EXPERIMENT_FILE}", "contents": experiment_yaml}],
         "inputs": [{"task": r} for r in runners],
         "resource": "collect",
         **credentials,
