@@ -128,8 +128,8 @@ def arena_runner_script(run: str, task: str, policy: str, planned: int | None, s
         watchdog += ["--liveness-from-files", (sh.Var("OUT"), pattern)]
     watchdog += ["--", "bash", (task_dir, "/arena_attempt.sh")]
     lines += [
-        '"$EF_PY" -m evalfleet.execution.osmo arena-config --template "$TASK_DIR/experiment.yaml"'
-        ' --output "$TASK_DIR/arena_experiment.yaml"',
+        ('"$EF_PY" -m evalfleet.execution.osmo arena-config --template "$TASK_DIR/experiment.yaml"'
+         ' --output "$TASK_DIR/arena_experiment.yaml"'),
         "RC=$?",
         'if [ "$RC" -eq 0 ]; then',
         "  " + sh.command(*watchdog),

@@ -18,6 +18,7 @@ from evalfleet.execution.output_dir import write_run_status
 from evalfleet.layout import ARENA_ATTEMPT_FOLDER, ARENA_ATTEMPTS_DIR, ARENA_RESULT_FILE
 from evalfleet.secrets import looks_secret
 
+
 def finish_run(output: Path, run: str, exit_code: int, *, task: str | None = None, policy: str | None = None,
                planned: int | None = None, watchdog_status: Path | None = None) -> dict[str, Any]:
     """Write `<output>/<run>/run_status.json` after the watchdog returned `exit_code`."""
