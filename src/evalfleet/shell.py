@@ -10,9 +10,9 @@ when the script runs is said explicitly, and only evalfleet's own code says it:
   script runs, a ``$(...)`` of the script's own.
 
 A user-provided value is never a `Var` or a `Raw`. `word(...)` glues pieces into one word
-(``word(Var("OUT"), "/a b")`` → ``"$OUT"'/a b'``: the closing quote ends the name) and `command(...)` joins words into a line. NUL cannot be
-carried by any shell word (a process's arguments end at NUL), so `quote` refuses it with a UserError; callers
-name the key through `key=`.
+(``word(Var("OUT"), "/a b")`` → ``"$OUT"'/a b'``: the closing quote ends the name) and `command(...)` joins
+words into a line. NUL cannot be carried by any shell word (a process's arguments end at NUL), so `quote`
+refuses it with a UserError; callers name the key through `key=`.
 """
 
 from __future__ import annotations

@@ -226,7 +226,9 @@ def load_records(inputs: Iterable[str | os.PathLike[str]]) -> RecordSet:
             raise UserError("a URL; give a local output folder, .jsonl file or .tar archive (`evalfleet collect "
                             "URL --output DIR` downloads one)", where=mask_url(text))
         if not path.exists():
-            raise UserError("no such file or folder; expected an output folder, a .jsonl file or a .tar archive", where=str(path))
+            raise UserError(
+                "no such file or folder; expected an output folder, a .jsonl file or a .tar archive", where=str(path)
+            )
         if not path.is_dir() and not path.is_file():
             raise UserError("not a regular file or a folder; expected an output folder, a .jsonl file or a .tar "
                             "archive", where=str(path))

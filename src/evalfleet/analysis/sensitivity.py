@@ -121,7 +121,8 @@ def resolve_factors(requested: list[str], cat: dict[str, tuple[str, int]], *, wh
         if key is None:
             known = known_factor_labels(cat)
             raise UserError(
-                f"unknown factor {name!r}; factors in these records: {', '.join(known) if known else '(none: no record has variations)'}",
+                f"unknown factor {name!r}; factors in these records: "
+                f"{', '.join(known) if known else '(none: no record has variations)'}",
                 where=where,
                 key="--factors",
             )
@@ -252,7 +253,11 @@ def analyse(
             x = _factor_value(values, spec)
             if x is not None and arm.policy in per_policy:
                 per_policy[arm.policy].append((x, y, arm, rec))
-        all_x = np.array([x for rows in per_policy.values() for x, *_ in rows], dtype=float) if spec.kind == "numeric" else None
+        all_x = (
+            np.array([x for rows in per_policy.values() for x, *_ in rows], dtype=float)
+            if spec.kind == "numeric"
+            else None
+        )
         edges = bin_edges(all_x, bins) if all_x is not None and all_x.size else None
         panel: dict[str, Any] = {"factor": spec.key, "component": spec.label[len(spec.key) + 1:] or None,
                                  "label": spec.label, "kind": spec.kind, "policies": {}}
@@ -355,7 +360,9 @@ def slope_text(fit: dict[str, Any], factor: str, outcome: Outcome) -> str:
 # ---------------------------------------------------------------------------------------------- drawing
 
 
-def plot(panels: list[dict[str, Any]], policies: list[str], outcome: Outcome, output: Path, title: str) -> tuple[int, int]:
+def plot(
+    panels: list[dict[str, Any]], policies: list[str], outcome: Outcome, output: Path, title: str
+) -> tuple[int, int]:
     import matplotlib
 
     matplotlib.use("Agg")

@@ -66,7 +66,9 @@ def write_success_plots(record_set: RecordSet, output: Path, *, policies: list[s
                       "image": str(output), **cells_json(cells, tasks, shown)})
     plots = SuccessPlots(output, data, size, tasks, shown)
     # Arena's progress is a map ({overall_score, all_complete, criteria_by_name, events}): plot its score.
-    progress = progress_cells([(arm, {**rec, "progress": progress_score(rec.get("progress"))}) for arm, rec in labelled])
+    progress = progress_cells(
+        [(arm, {**rec, "progress": progress_score(rec.get("progress"))}) for arm, rec in labelled]
+    )
     if progress:
         stem = output.stem.replace("success_rates", "average_progress")
         plots.progress_image = output.with_name((stem if stem != output.stem else stem + "_progress") + output.suffix)

@@ -33,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--episode-results", nargs="+", action="extend", default=[], metavar="FILE",
                    help="record file(s) to read (Arena's --episode_results)")
     s.add_argument("--factors", nargs="+", required=True, metavar="KEY",
-                   help="variation keys (asset.variation), a vector component (asset.variation.x) or a unique last part")
+                   help="variation keys (asset.variation), a vector component (asset.variation.x) "
+                        "or a unique last part")
     s.add_argument("--outcome", default="success", help="success (default) or a numeric record key such as progress")
     s.add_argument("--runs", nargs="+", metavar="RUN", help="only these runs")
     s.add_argument("--policies", nargs="+", metavar="POLICY", help="policies to overlay (tag or Run-name suffix)")
@@ -50,7 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     c = sub.add_parser("compare", help="each policy against a baseline: paired McNemar or z test, Holm-corrected",
                        description="Per task and pooled: each policy's success-rate difference from the baseline, "
                                    "exact McNemar on (task, seed) pairs when the arms share seeds, else a "
-                                   "two-proportion z test; Holm correction across all tests. Prints a table, writes JSON.")
+                                   "two-proportion z test; Holm correction across all tests. "
+                                   "Prints a table, writes JSON.")
     c.add_argument("inputs", nargs="+", metavar="DIR", help=INPUT_HELP)
     c.add_argument("--baseline", required=True, metavar="POLICY", help="the policy the others are compared with")
     c.add_argument("--policies", nargs="+", metavar="POLICY", help="policies to compare (default: all)")
@@ -254,13 +256,17 @@ def cmd_power(args: argparse.Namespace) -> int:
     for name in ("p1", "p2"):
         value = getattr(args, name)
         if not 0 < value < 1:
-            raise UserError(f"--{name} must lie strictly between 0 and 1, got {value}", where="command line", key=f"--{name}")
+            raise UserError(
+                f"--{name} must lie strictly between 0 and 1, got {value}", where="command line", key=f"--{name}"
+            )
     if args.p1 == args.p2:
         raise UserError("--p1 and --p2 are equal; no episode count detects a zero difference", where="command line")
     for name in ("alpha", "power"):
         value = getattr(args, name)
         if not 0 < value < 1:
-            raise UserError(f"--{name} must lie strictly between 0 and 1, got {value}", where="command line", key=f"--{name}")
+            raise UserError(
+                f"--{name} must lie strictly between 0 and 1, got {value}", where="command line", key=f"--{name}"
+            )
     n = episodes_per_arm(args.p1, args.p2, args.alpha, args.power)
     print(f"{n} episodes per arm ({2 * n} in all) detect success rates {args.p1:g} vs {args.p2:g} with power "
           f"{args.power:g} at two-sided alpha {args.alpha:g} (two-proportion z test). Paired episodes (same seeds, "

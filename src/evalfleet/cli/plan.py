@@ -76,7 +76,8 @@ def plan_lines(name: str, plan, width: int, *, order: str | None = None) -> list
         n = str(rp.num_episodes) if rp.num_episodes else f"until {rp.num_steps} steps"
         rows.append([rp.name, str(rp.task), str(rp.policy), n, str(rp.run.environment_builder.num_envs),
                      str(sum(1 for s in plan.shards if s.run == rp.name)), ", ".join(rp.samplers) or "-"])
-    lines = table_lines(columns, rows, width, title=f"{name}: {plan.total_episodes} episodes, {len(plan.shards)} shards")
+    title = f"{name}: {plan.total_episodes} episodes, {len(plan.shards)} shards"
+    lines = table_lines(columns, rows, width, title=title)
     lines.extend(spec_check_lines(plan, width))
     if order:
         lines.extend(wrap_fields(order.split(" "), width, gap=" ", hanging="  "))
@@ -130,6 +131,7 @@ def cmd_variations(args: argparse.Namespace) -> int:
             sampler = json.dumps(v["default_sampler"])
             comps = f" components={','.join(v['components'])}" if "components" in v else ""
             opts = f" options={json.dumps(v['options'])}" if "options" in v else ""
-            print(f"  {v['name']:<32} {v['kind']:<11} nominal={json.dumps(v['nominal'])} default={sampler}{comps}{opts}")
+            print(f"  {v['name']:<32} {v['kind']:<11} nominal={json.dumps(v['nominal'])} "
+                  f"default={sampler}{comps}{opts}")
             print(f"  {'':<32} {v['description']}")
     return 0

@@ -19,7 +19,8 @@ def register(subparsers: Any) -> None:
         "serve",
         help="serve a policy over the openpi, GR00T or vla-eval protocol",
         description="Serve any registered policy. KEY=VALUE pairs are the policy's options (values are "
-        "YAML: 3, true, [1, 2], {a: 1}) and come right after POLICY; dotted keys nest. Prints 'serving PROTOCOL on HOST:PORT' once "
+        "YAML: 3, true, [1, 2], {a: 1}) and come right after POLICY; dotted keys nest. "
+        "Prints 'serving PROTOCOL on HOST:PORT' once "
         "it listens; SIGTERM or Ctrl-C stops it.",
     )
     p.add_argument("policy", help="registered policy type, e.g. zero, metaworld_expert")

@@ -89,7 +89,9 @@ def check_common(function: str, *, experiment: Any, overrides: Any, output: Any,
         raise UserError(f"expected a WatchdogConfig or None, got {type(watchdog).__name__}",
                         where=argument(function, "watchdog"))
     if not callable(log):
-        raise UserError(f"expected a function taking one line of text, got {_got(log)}", where=argument(function, "log"))
+        raise UserError(
+            f"expected a function taking one line of text, got {_got(log)}", where=argument(function, "log")
+        )
     return listed or []
 
 

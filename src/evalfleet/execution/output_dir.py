@@ -73,7 +73,9 @@ def _prepare(out: Path, loaded: LoadedExperiment, *, resume: bool) -> None:
     except OSError as exc:
         raise UserError(f"cannot list the output folder ({exc.strerror or exc})", where=where) from None
     if not_empty:
-        raise UserError("output folder is not empty; pass --resume to continue it, or choose another --output", where=where)
+        raise UserError(
+            "output folder is not empty; pass --resume to continue it, or choose another --output", where=where
+        )
     _check_writable(out, where)
     created = _first_missing(out)
     try:

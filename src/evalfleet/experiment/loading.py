@@ -124,7 +124,9 @@ def _normalise(doc: dict[str, Any], where: str) -> dict[str, Any]:
                 key=f"runs.{name}",
             )
         if not isinstance(run, dict):
-            raise UserError("a Run must be a map (environment, policy, rollout_limit, ...)", where=where, key=f"runs.{name}")
+            raise UserError(
+                "a Run must be a map (environment, policy, rollout_limit, ...)", where=where, key=f"runs.{name}"
+            )
         doc["runs"][name] = run = expand_dotted_keys(run, where, f"runs.{name}")
         _flatten_variations(run, where, f"runs.{name}")
     if isinstance(doc.get("shared"), dict):
@@ -206,10 +208,17 @@ def _flatten_variations(section: dict[str, Any], where: str, key: str) -> None:
     if variations is None:
         return
     if not isinstance(variations, dict):
-        raise UserError("`variations` must be a map of asset.variation → {enabled, sampler}", where=where, key=f"{key}.variations")
+        raise UserError(
+            "`variations` must be a map of asset.variation → {enabled, sampler}", where=where, key=f"{key}.variations"
+        )
     flat: dict[str, Any] = {}
     for name, value in variations.items():
-        if isinstance(value, dict) and value and not (set(value) & SPEC_KEYS) and all(isinstance(v, dict) or v is None for v in value.values()):
+        if (
+            isinstance(value, dict)
+            and value
+            and not (set(value) & SPEC_KEYS)
+            and all(isinstance(v, dict) or v is None for v in value.values())
+        ):
             for sub, spec in value.items():
                 flat[f"{name}.{sub}"] = spec
         else:
@@ -359,7 +368,10 @@ def _apply_overrides(base: dict[str, Any], overrides: list[Override]) -> dict[st
                     where=COMMAND_LINE,
                 )
         if o.path[0] == "shared" and len(o.path) == 1:
-            raise UserError(f"override {o.text!r}: name a key inside shared, e.g. shared.rollout_limit.num_episodes=4", where=COMMAND_LINE)
+            raise UserError(
+                f"override {o.text!r}: name a key inside shared, e.g. shared.rollout_limit.num_episodes=4",
+                where=COMMAND_LINE,
+            )
         try:
             set_path(doc, o.path, o.value)
         except KeyError as exc:
@@ -376,14 +388,18 @@ def _apply_overrides(base: dict[str, Any], overrides: list[Override]) -> dict[st
 def _blame_override(exc: UserError, overrides: list[Override], base: dict[str, Any]) -> UserError:
     """A validation error that only appears with the overrides: name the override and nearby valid keys."""
     key = exc.key or ""
-    culprit = next((o for o in overrides if key.startswith(o.key) or o.key.startswith(key) or _same_run_key(o, key)), None)
+    culprit = next(
+        (o for o in overrides if key.startswith(o.key) or o.key.startswith(key) or _same_run_key(o, key)), None
+    )
     culprit = culprit or overrides[-1]
     leaves = [k for k, _ in overridable_leaves_safe(base)]
     # Suggest keys only when the override names a key that does not exist (not for a bad value).
     known = not exc.message.startswith("unknown key") or culprit.key in leaves
     close = [] if known else difflib.get_close_matches(culprit.key, leaves, n=3, cutoff=0.6)
     hint = f"; nearest valid keys: {', '.join(close)}" if close else ""
-    return UserError(f"override {culprit.text!r}: {exc.key + ': ' if exc.key else ''}{exc.message}{hint}", where=COMMAND_LINE)
+    return UserError(
+        f"override {culprit.text!r}: {exc.key + ': ' if exc.key else ''}{exc.message}{hint}", where=COMMAND_LINE
+    )
 
 
 def _same_run_key(o: Override, key: str) -> bool:

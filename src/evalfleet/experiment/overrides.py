@@ -37,7 +37,9 @@ def parse_override(text: str) -> Override:
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep or not key:
-        raise UserError(f"override {text!r} is not KEY=VALUE (e.g. runs.NAME.rollout_limit.num_episodes=4)", where=WHERE)
+        raise UserError(
+            f"override {text!r} is not KEY=VALUE (e.g. runs.NAME.rollout_limit.num_episodes=4)", where=WHERE
+        )
     for prefix in PREFIX_ALIASES:
         if key.startswith(prefix):
             key = key[len(prefix):]
@@ -52,7 +54,9 @@ def parse_override(text: str) -> Override:
     if path[0] in ("seed", "name", "server_sharing") and len(path) != 1:
         raise UserError(f"override {text!r}: {path[0]} has no sub-keys", where=WHERE)
     if path[0] in ("runs",) and len(path) < 3:
-        raise UserError(f"override {text!r}: name a key inside a Run, e.g. runs.NAME.rollout_limit.num_episodes=4", where=WHERE)
+        raise UserError(
+            f"override {text!r}: name a key inside a Run, e.g. runs.NAME.rollout_limit.num_episodes=4", where=WHERE
+        )
     try:
         # The same bounded loader as the file: no alias bombs, no deep nesting, finite numbers only.
         value = parse_yaml(raw, WHERE) if raw.strip() else ""

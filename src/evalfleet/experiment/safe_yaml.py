@@ -26,7 +26,8 @@ MAX_DEPTH = 64  # maps and lists inside each other; real files nest < 10
 MAX_ALIASES = 1_000  # `*name` references in one document
 MAX_VALUES = 100_000  # maps, lists and scalars once aliases are expanded (each alias is a copy)
 MAX_STRING = 65_536  # characters in one string
-MIN_INT, MAX_INT = -(2**63), 2**64 - 1  # whole numbers fit 64 bits (int64 or uint64), as numpy and JSON readers hold them
+# whole numbers fit 64 bits (int64 or uint64), as numpy and JSON readers hold them
+MIN_INT, MAX_INT = -(2**63), 2**64 - 1
 
 
 class BoundedSafeLoader(yaml.SafeLoader):

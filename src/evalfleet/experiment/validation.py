@@ -36,7 +36,9 @@ def is_external_type(type_name: str, known: Iterable[str] | None = None) -> bool
 def _lookup(registry: Any, type_name: str, where: str, key: str) -> Any:
     entry = registry.get(type_name)
     if entry is None and not is_external_type(type_name, registry.names()):
-        raise UserError(f"unknown {registry.kind} type {type_name!r}{registry.suggest(type_name)}", where=where, key=key)
+        raise UserError(
+            f"unknown {registry.kind} type {type_name!r}{registry.suggest(type_name)}", where=where, key=key
+        )
     return entry
 
 
@@ -154,7 +156,10 @@ def _validate_variations(run: Run, info: Any, where: str, key: str) -> None:
         variation = info.variations.get(name)
         if variation is None:
             close = difflib.get_close_matches(name, list(info.variations), n=3, cutoff=0.5)
-            hint = f"did you mean {', '.join(close)}?" if close else "see `evalfleet variations " + run.environment.type + "`"
+            hint = (
+                f"did you mean {', '.join(close)}?" if close
+                else "see `evalfleet variations " + run.environment.type + "`"
+            )
             raise UserError(f"unknown variation {name!r} for {run.environment.type}; {hint}", where=where, key=vkey)
         cfg = spec.sampler_cfg
         if cfg is not None and (cfg.model_extra or cfg.low is None or cfg.high is None):
@@ -166,7 +171,9 @@ def _validate_variations(run: Run, info: Any, where: str, key: str) -> None:
             _validate_options(variation.options, spec.options(), where, vkey)
         elif spec.options():
             extra = next(iter(spec.options()))
-            raise UserError(f"unknown key {extra!r}; a variation takes enabled and a sampler", where=where, key=f"{vkey}.{extra}")
+            raise UserError(
+                f"unknown key {extra!r}; a variation takes enabled and a sampler", where=where, key=f"{vkey}.{extra}"
+            )
         sampler = spec.sampler()
         if sampler is not None:
             check_sampler_shape(sampler, variation, where, vkey)
@@ -193,7 +200,9 @@ def check_sampler_shape(sampler: dict[str, Any], variation: Any, where: str, key
             n = len(variation.components)
             if not isinstance(value, list) or len(value) != n:
                 raise UserError(
-                    f"expected a vector of {n} values ({', '.join(variation.components)}), got {value!r}", where=where, key=key
+                    f"expected a vector of {n} values ({', '.join(variation.components)}), got {value!r}",
+                    where=where,
+                    key=key,
                 )
         elif isinstance(value, list):
             raise UserError(f"expected a single number, got the list {value!r}", where=where, key=key)
@@ -209,7 +218,8 @@ def require_executable(runs: dict[str, Run], where: str) -> None:
             type_name = getattr(run, section).type
             if registry.get(type_name) is None and is_external_type(type_name, registry.names()):
                 raise UserError(
-                    f"Run {name!r} uses {registry.kind} type {type_name!r} from Isaac Lab Arena, which is not installed here and runs only "
+                    f"Run {name!r} uses {registry.kind} type {type_name!r} from Isaac Lab Arena, "
+                    "which is not installed here and runs only "
                     "inside Arena's image; submit it instead: evalfleet submit EXP --backend osmo [--dry-run]",
                     where=where,
                     key=f"runs.{name}.{section}.type",

@@ -19,7 +19,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import weakref
@@ -324,7 +323,8 @@ class ServerProcess:
 
 
 def server_for(protocol: str, policy: Any, **kwargs: Any) -> Any:
-    """An `OpenpiServer`, `VlaEvalServer` or `Gr00tServer` for `policy` (kwargs: host, port, api_key, max_batch, ...)."""
+    """An `OpenpiServer`, `VlaEvalServer` or `Gr00tServer` for `policy`
+    (kwargs: host, port, api_key, max_batch, ...)."""
     if protocol == "openpi":
         from evalfleet.serving.openpi import OpenpiServer
 

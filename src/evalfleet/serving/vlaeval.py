@@ -44,7 +44,13 @@ from evalfleet.errors import InfrastructureError
 from evalfleet.policies.base import GRIPPER_CONVENTIONS, POLICIES, SPEC_KEY, BasePolicy, PolicySpec, SpecMismatchError
 from evalfleet.serving.batching import PolicyWorker
 from evalfleet.serving.client_options import RemoteClientOptions
-from evalfleet.serving.common import DEFAULT_MAX_MESSAGE_MB, AuthenticationError, Backoff, RemotePolicyError, validate_options
+from evalfleet.serving.common import (
+    DEFAULT_MAX_MESSAGE_MB,
+    AuthenticationError,
+    Backoff,
+    RemotePolicyError,
+    validate_options,
+)
 from evalfleet.serving.vlaeval_codec import MESSAGE_TYPES, WireFormatError, pack, unpack  # noqa: F401 - the codec
 
 log = logging.getLogger(__name__)
@@ -250,7 +256,9 @@ def vlaeval_healthy(host: str, port: int, timeout_s: float = 1.0) -> bool:
 
 
 class VlaEvalRemoteOptions(RemoteClientOptions):
-    image_format: str = Field("png", pattern="^(png|raw)$", description="how images travel: png (vla-eval's default) or raw")
+    image_format: str = Field(
+        "png", pattern="^(png|raw)$", description="how images travel: png (vla-eval's default) or raw"
+    )
     benchmark: str | None = Field(None, description="the benchmark name sent in HELLO (some servers adapt to it)")
     action_key: str = "actions"
     # A vla-eval model server evalfleet starts itself (`vla-eval serve --config ... --address host:port`)
@@ -300,8 +308,9 @@ class VlaEvalRemotePolicy(BasePolicy):
         while time.monotonic() < deadline:
             ws = None
             try:
-                ws = connect(self.uri, **_connect_compat(connect), open_timeout=max(min(deadline - time.monotonic(), 10.0), 0.05),
-                             compression=None, max_size=int(opts.max_message_mb * 2**20), ping_interval=None,
+                ws = connect(self.uri, **_connect_compat(connect),
+                             open_timeout=max(min(deadline - time.monotonic(), 10.0), 0.05), compression=None,
+                             max_size=int(opts.max_message_mb * 2**20), ping_interval=None,
                              additional_headers=api_key_header(opts.api_key) if opts.api_key else None)
                 session = _Session(ws)
                 hello: dict[str, Any] = {"harness_version": HARNESS_VERSION, "protocol_version": PROTOCOL_VERSION}
@@ -373,7 +382,9 @@ class VlaEvalRemotePolicy(BasePolicy):
             raise RemotePolicyError(f"vla-eval server at {self.uri} reported an error: {payload.get('error', payload)}")
         if msg_type != "action" or got != seq:
             self._drop(env_id)  # out of step: start afresh rather than pair the wrong replies
-            raise RemotePolicyError(f"vla-eval server at {self.uri} sent {msg_type} seq {got} for observation seq {seq}")
+            raise RemotePolicyError(
+                f"vla-eval server at {self.uri} sent {msg_type} seq {got} for observation seq {seq}"
+            )
         if self.options.action_key not in payload:
             raise RemotePolicyError(f"vla-eval server at {self.uri} replied without {self.options.action_key!r}"
                                     f" (keys: {sorted(payload)})")

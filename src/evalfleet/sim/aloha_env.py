@@ -103,7 +103,9 @@ class AlohaEnvironment:
 
     def _task_observation(self, physics: Any) -> dict[str, Any]:
         task = self.env._env.task
-        return {"qpos": task.get_qpos(physics), "qvel": task.get_qvel(physics), "env_state": task.get_env_state(physics)}
+        return {
+            "qpos": task.get_qpos(physics), "qvel": task.get_qvel(physics), "env_state": task.get_env_state(physics)
+        }
 
     # -- episode ---------------------------------------------------------------------------------
     def reset(self, seed: int, variations: dict[str, Any]) -> dict[str, Any]:
@@ -149,7 +151,9 @@ class AlohaEnvironment:
     def _observation(self, raw: dict[str, Any]) -> dict[str, Any]:
         kind = self.options.obs_type
         parts = {"state": ("qpos", "qvel", "env_state"), "pixels_agent_pos": ("qpos",), "pixels": ()}[kind]
-        state = np.concatenate([np.asarray(raw[k], dtype=np.float64).reshape(-1) for k in parts]) if parts else np.zeros(0)
+        state = (
+            np.concatenate([np.asarray(raw[k], dtype=np.float64).reshape(-1) for k in parts]) if parts else np.zeros(0)
+        )
         state = self._noise.observation(state)
         out: dict[str, Any] = {"observation/state": state, "prompt": self.instruction}
         wrist_done = False

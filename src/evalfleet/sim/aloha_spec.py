@@ -40,7 +40,9 @@ class AlohaOptions(BaseModel):
         default=None, description="default: [top] for pixel observations, none for state")
     image_size: ImageSize = Field(default=(480, 640), description="pixels, or [height, width]")
     render_quality: Literal["fast", "default"] = Field(
-        default="default", description="default: the model's own visuals, as gym-aloha (and policies trained on it) saw")
+        default="default",
+        description="default: the model's own visuals, as gym-aloha (and policies trained on it) saw",
+    )
     max_steps: Int = Field(default=MAX_STEPS, gt=0, le=10_000)
     actions: Literal["native", "normalized"] = "native"
     instruction: str | None = None

@@ -69,9 +69,10 @@ class Environment(Protocol):
     `state_dim`, `gripper` (see EnvironmentInfo), `render(camera, height, width)` (used by video
     recording; `render_video(camera, height, width, mesh_tolerance_px)` instead where present: a frame
     only a video shows, which may simplify what its pixels cannot show), `control_hz` (steps per
-    simulated second: recording then renders only the states its `fps` shows), and `reset_takes_episode = True`: the runner then also passes `episode=` (the plan's index)
-    to `reset`, for benchmarks with fixed per-episode initial states. What is declared is checked against
-    the policy's spec before the first episode."""
+    simulated second: recording then renders only the states its `fps` shows), and
+    `reset_takes_episode = True`: the runner then also passes `episode=` (the plan's index) to `reset`, for
+    benchmarks with fixed per-episode initial states. What is declared is checked against the policy's spec
+    before the first episode."""
 
     action_dim: int
     max_steps: int

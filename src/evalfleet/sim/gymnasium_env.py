@@ -75,7 +75,9 @@ class SuccessRule:
 
 
 def is_image(value: Any) -> bool:
-    return isinstance(value, np.ndarray) and value.dtype == np.uint8 and value.ndim == 3 and value.shape[-1] in (1, 3, 4)
+    return (
+        isinstance(value, np.ndarray) and value.dtype == np.uint8 and value.ndim == 3 and value.shape[-1] in (1, 3, 4)
+    )
 
 
 def flatten_items(obs: Any, prefix: str = "") -> list[tuple[str, Any]]:
@@ -147,7 +149,9 @@ class GymnasiumAdapter:
             self.action_low = np.array([float(space.start)])
             self.action_high = np.array([float(space.start + space.n - 1)])
         else:
-            raise ValueError(f"{self.name}: action space {space} is neither a Box nor Discrete; evalfleet steps only those")
+            raise ValueError(
+                f"{self.name}: action space {space} is neither a Box nor Discrete; evalfleet steps only those"
+            )
         if self.actions == "normalized" and not np.all(np.isfinite([self.action_low, self.action_high])):
             raise ValueError(f"{self.name}: `actions: normalized` needs finite action bounds, got {space}")
 

@@ -60,7 +60,8 @@ class RobosuiteOptions(BaseModel):
 
             close = difflib.get_close_matches(v, list(TASK_INSTRUCTIONS), n=3)
             raise ValueError(f"unknown robosuite task {v!r}; "
-                             + (f"did you mean {', '.join(close)}?" if close else f"tasks: {', '.join(TASK_INSTRUCTIONS)}"))
+                             + (f"did you mean {', '.join(close)}?" if close
+                                else f"tasks: {', '.join(TASK_INSTRUCTIONS)}"))
         return v
 
     @field_validator("cameras")
