@@ -10,7 +10,6 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
 from typing import Any, Callable
 
@@ -94,7 +93,9 @@ def emit(figures: dict[str, Any], *, machine_before: dict[str, Any] | None = Non
 def compact_json(value: Any, indent: int = 0) -> str:
     """JSON with nested objects indented, but an object of plain values (a median/spread) on one line."""
     def flat(v: Any) -> bool:
-        return not isinstance(v, (dict, list)) or (isinstance(v, list) and all(not isinstance(x, (dict, list)) for x in v))
+        return not isinstance(v, (dict, list)) or (
+            isinstance(v, list) and all(not isinstance(x, (dict, list)) for x in v)
+        )
 
     if isinstance(value, dict) and value and not all(flat(v) for v in value.values()):
         pad = " " * (indent + 1)

@@ -94,7 +94,8 @@ def bare(seeds: list[int], max_steps: int) -> tuple[float, int]:
         rng = np.random.default_rng([seed, 0x7A11D])
         env.reset(seed=seed)
         for _ in range(max_steps):
-            _obs, _r, terminated, truncated, info = env.step(to_native(rng.uniform(-1.0, 1.0, size=2).astype(np.float32)))
+            action = to_native(rng.uniform(-1.0, 1.0, size=2).astype(np.float32))
+            _obs, _r, terminated, truncated, info = env.step(action)
             steps += 1
             if info.get("is_success") or terminated or truncated:
                 break

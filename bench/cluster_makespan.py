@@ -259,8 +259,10 @@ def main() -> None:
             "makespan_h": {"arena": row["arena"]["makespan_h"]["median"],
                            "evalfleet": row["evalfleet"]["makespan_h"]["median"]},
             "makespan_speedup": row["speedup"]["median"],
-            "gpu_hours": {"arena": row["arena"]["gpu_hours"]["median"], "evalfleet": row["evalfleet"]["gpu_hours"]["median"]},
-            "cpu_hours": {"arena": row["arena"]["cpu_hours"]["median"], "evalfleet": row["evalfleet"]["cpu_hours"]["median"]},
+            "gpu_hours": {"arena": row["arena"]["gpu_hours"]["median"],
+                          "evalfleet": row["evalfleet"]["gpu_hours"]["median"]},
+            "cpu_hours": {"arena": row["arena"]["cpu_hours"]["median"],
+                          "evalfleet": row["evalfleet"]["cpu_hours"]["median"]},
         }
     holds = (f"each runner holds {args.runner_gpus} GPU(s) and {args.runner_cpus:g} cores (Isaac Lab-like)"
              if args.runner_gpus else f"runners hold no GPU, {args.runner_cpus:g} cores each (CPU-side simulation)")

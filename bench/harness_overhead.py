@@ -246,7 +246,9 @@ def main() -> None:
     from evalfleet.sim.libero_tasks import libero_installed
 
     if args.no_libero or not libero_installed():
-        libero: dict = {"measured": False, "why": "--no-libero" if args.no_libero else "the libero extra is not installed"}
+        libero: dict = {
+            "measured": False, "why": "--no-libero" if args.no_libero else "the libero extra is not installed"
+        }
     else:
         libero = measure_libero(args.libero_episodes, args.libero_max_steps, args.repeats)
     emit({"pusht": pusht, "libero": libero}, machine_before=before)

@@ -60,7 +60,8 @@ def train(steps: int, episodes: int, output_root: Path, workers: int | None = No
         result = evalfleet.evaluate(policy, EXPERIMENT, runs=RUNS, workers=workers,
                                     overrides=[f"shared.rollout_limit.num_episodes={episodes}"],
                                     output=output_root / f"step-{step}")
-        print(f"step {step} (noise {noise:.2f}): " + ", ".join(f"{r.name} {r.rate_text()}" for r in result.runs.values()))
+        rates = ", ".join(f"{r.name} {r.rate_text()}" for r in result.runs.values())
+        print(f"step {step} (noise {noise:.2f}): " + rates)
         results.append(result)
     return results
 

@@ -9,9 +9,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-import yaml
-
 ROOT = Path(__file__).resolve().parents[1]
 PLUGINS_DIR = Path(__file__).resolve().parent / "plugins"
 

@@ -53,7 +53,8 @@ def write_run(
                 progress=float(np.clip(p + outcome_rng.normal(0, 0.1), 0, 1)) if progress else None,
             ))
     (root / run / "run_status.json").write_text(json.dumps(
-        {"run": run, "task": task, "policy": policy, "planned_episodes": episodes, "state": "completed", "reason": None}))
+        {"run": run, "task": task, "policy": policy, "planned_episodes": episodes, "state": "completed",
+         "reason": None}))
     return path
 
 

@@ -17,6 +17,9 @@ def run_cli(capsys, args: list[str]) -> tuple[int, str]:
     return code, captured.err
 
 
+COMMANDS = [["plot"], ["sensitivity", "--factors", "object.mass"], ["compare", "--baseline", "expert"]]
+
+
 def assert_one_line_error(code: int, err: str, *needles: str) -> None:
     assert code == 2
     lines = err.strip().splitlines()
@@ -26,7 +29,7 @@ def assert_one_line_error(code: int, err: str, *needles: str) -> None:
         assert needle in lines[0], lines[0]
 
 
-@pytest.mark.parametrize("command", [["plot"], ["sensitivity", "--factors", "object.mass"], ["compare", "--baseline", "expert"]])
+@pytest.mark.parametrize("command", COMMANDS)
 def test_empty_folder(tmp_path: Path, capsys, command: list[str]) -> None:
     empty = tmp_path / "empty"
     (empty / "some_run" / "videos").mkdir(parents=True)
@@ -36,7 +39,7 @@ def test_empty_folder(tmp_path: Path, capsys, command: list[str]) -> None:
     assert not (empty / "plots").exists()
 
 
-@pytest.mark.parametrize("command", [["plot"], ["sensitivity", "--factors", "object.mass"], ["compare", "--baseline", "expert"]])
+@pytest.mark.parametrize("command", COMMANDS)
 def test_policy_with_no_records(evalfleet_output: Path, capsys, command: list[str]) -> None:
     code, err = run_cli(capsys, [command[0], str(evalfleet_output), *command[1:], "--policies", "expert", "gr00t"])
     assert_one_line_error(code, err, "--policies", "no records for policy 'gr00t'", "policies present: expert, noisy")
@@ -47,7 +50,9 @@ def test_policy_with_no_records(evalfleet_output: Path, capsys, command: list[st
 def test_unknown_baseline_and_single_policy(evalfleet_output: Path, capsys) -> None:
     code, err = run_cli(capsys, ["compare", str(evalfleet_output), "--baseline", "pi0"])
     assert_one_line_error(code, err, "--baseline", "no records for baseline policy 'pi0'", "expert, noisy")
-    code, err = run_cli(capsys, ["compare", str(evalfleet_output), "--baseline", "expert", "--runs", "pick_place_expert"])
+    code, err = run_cli(
+        capsys, ["compare", str(evalfleet_output), "--baseline", "expert", "--runs", "pick_place_expert"]
+    )
     assert_one_line_error(code, err, "compare needs a second policy")
     assert not (evalfleet_output / "plots").exists()
 
@@ -58,7 +63,9 @@ def test_unknown_factor_lists_known_ones(evalfleet_output: Path, capsys) -> None
                           "light.kind, object.mass, table.color (r/g/b)")
     code, err = run_cli(capsys, ["sensitivity", str(evalfleet_output), "--factors", "table.color.q"])
     assert_one_line_error(code, err, "unknown factor 'table.color.q'")
-    code, err = run_cli(capsys, ["sensitivity", str(evalfleet_output), "--factors", "object.mass", "--outcome", "reward"])
+    code, err = run_cli(
+        capsys, ["sensitivity", str(evalfleet_output), "--factors", "object.mass", "--outcome", "reward"]
+    )
     assert_one_line_error(code, err, "--outcome", "no record has a numeric 'reward'", "progress")
     code, err = run_cli(capsys, ["sensitivity", str(evalfleet_output), "--factors", "object.mass", "--runs", "nope"])
     assert_one_line_error(code, err, "--runs", "no records for run(s) nope", "pick_place_expert")

@@ -68,7 +68,8 @@ def test_arena_files_tar_and_single_file(tmp_path: Path) -> None:
     for r in rs.records:
         by_run.setdefault(r["run"], []).append(r["status"])
     assert by_run == {"apple_cosmos": ["success"],
-                      "banana_in_bowl_pi0": ["success", "failure", "success", "success", "failure", "failure", "failure"]}
+                      "banana_in_bowl_pi0": ["success", "failure", "success", "success",
+                                             "failure", "failure", "failure"]}
 
     archive = tmp_path / "download.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
@@ -93,7 +94,7 @@ def test_status_derived_from_success_and_null_is_error(tmp_path: Path) -> None:
     lines = [{"job_name": "x", "env_id": 0, "episode_in_env": 0, "success": True},
              {"job_name": "x", "env_id": 0, "episode_in_env": 1, "success": False},
              {"job_name": "x", "env_id": 0, "episode_in_env": 2, "success": None}]
-    path.write_text("".join(json.dumps(l) + "\n" for l in lines))
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     rs = load_records([path])
     assert [r["status"] for r in rs.records] == ["success", "failure", "error"]
     assert len(rs.rated) == 2

@@ -60,8 +60,8 @@ class Sandbox:
                 "STAND_IN_RECORD": str(self.record), "LANG": "C.UTF-8", **extra}
 
     def run(self, script: str, **extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["bash", "-c", script], check=False, cwd=self.work, env=self.env(**extra), capture_output=True,
-                              timeout=60)
+        return subprocess.run(["bash", "-c", script], check=False, cwd=self.work, env=self.env(**extra),
+                              capture_output=True, timeout=60)
 
     def nothing_injected(self) -> bool:
         return not any(self.work.iterdir())

@@ -144,7 +144,8 @@ def test_registered_arena_names_are_external_but_near_misses_get_did_you_mean(tm
     known = ["metaworld", "pusht"]
     assert is_external_type("pick_and_place_maple_table", known)
     assert not is_external_type("metaworl", known)
-    path = _write(tmp_path, RUN_HEAD.replace("pick_and_place_maple_table", "metaworl") + "    rollout_limit: {num_episodes: 1}\n")
+    path = _write(tmp_path,
+                  RUN_HEAD.replace("pick_and_place_maple_table", "metaworl") + "    rollout_limit: {num_episodes: 1}\n")
     with pytest.raises(UserError, match="did you mean metaworld"):
         load_experiment(path)
 

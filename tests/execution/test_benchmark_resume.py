@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from evalfleet_testkit import evalfleet_cmd, plugin_env, results_by_episode, run_evalfleet
 

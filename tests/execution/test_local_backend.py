@@ -40,7 +40,8 @@ def reference(tmp_path_factory):
             "robot.action_noise": {"enabled": True, "distribution": "uniform", "low": 0.0, "high": 0.6}}),
     }}))
     out = tmp / "out"
-    proc = run_evalfleet("run", str(path), "--output", str(out), "--workers", "1", "--shard-size", "100", "--no-progress")
+    proc = run_evalfleet("run", str(path), "--output", str(out), "--workers", "1", "--shard-size", "100",
+                         "--no-progress")
     assert proc.returncode == 0, proc.stderr
     return path, results_by_episode(out)
 
@@ -147,8 +148,8 @@ def test_a_killed_or_hung_runner_is_relaunched_and_loses_nothing(reference, writ
     # a loaded machine builds the second Run's environment (no step then), so it is not cut close.
     proc = subprocess.Popen(evalfleet_cmd("run", str(path), "--output", str(out), "--workers", "1", "--shard-size", "4",
                                           "--no-progress", "--stall-timeout", "10", "--max-restarts", "2"),
-                            env=plugin_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            text=True)
+                            env=plugin_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True)
     (pid,) = _wait_for(lambda: _all_at_gate(gate, 1), what="the runner waiting in its second episode")
     os.kill(pid, sig)
     (gate / "release").touch()  # the relaunched runner passes
@@ -172,8 +173,8 @@ def test_a_run_that_never_progresses_is_marked_failed_and_the_others_finish(writ
     # "hangs" is built, then never steps: the stall timeout ends it, and the startup grace is the local default,
     # which no healthy worker misses however loaded the machine. The healthy worker only has to step within
     # the stall timeout, a few thousand times its step time (and a stalled attempt of it would be relaunched).
-    proc = run_evalfleet("run", str(path), "--output", str(out), "--workers", "2", "--shard-size", "10", "--no-progress",
-                         "--stall-timeout", "5", "--startup-timeout", "300", "--max-restarts", "1")
+    proc = run_evalfleet("run", str(path), "--output", str(out), "--workers", "2", "--shard-size", "10",
+                         "--no-progress", "--stall-timeout", "5", "--startup-timeout", "300", "--max-restarts", "1")
     assert proc.returncode == 1
     result = json.loads((out / "experiment_result.json").read_text())
     assert result["runs"]["fine"]["status"] == "completed" and result["runs"]["fine"]["success_rate"] == 1.0

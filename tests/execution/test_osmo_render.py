@@ -164,7 +164,9 @@ def _runs(n: int, served_every: int = 0) -> dict[str, Any]:
         run: dict[str, Any] = {"environment": {"type": "metaworld", "task": "push-v3"},
                                "rollout_limit": {"num_episodes": 100}, "policy": {"type": "metaworld_expert"}}
         if served_every and i % served_every == 0:
-            run["policy"] = {"type": "openpi_remote", "serve": {"type": "metaworld_expert"}, "allow_unauthenticated": True}
+            run["policy"] = {
+                "type": "openpi_remote", "serve": {"type": "metaworld_expert"}, "allow_unauthenticated": True
+            }
         runs[f"run_{i:02d}"] = run
     return runs
 

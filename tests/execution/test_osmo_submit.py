@@ -201,7 +201,8 @@ def test_rendered_runner_and_collect_tasks_run_for_real(tmp_path):
     task_dir.mkdir()
     files = {f["path"]: f["contents"] for f in runner["files"]}
     (task_dir / "experiment.yaml").write_text(files["/tmp/evalfleet/experiment.yaml"])
-    script = fill_tokens(files["/tmp/evalfleet/run.sh"], tmp_path / "runner_out").replace("/tmp/evalfleet", str(task_dir))
+    script = fill_tokens(files["/tmp/evalfleet/run.sh"], tmp_path / "runner_out")
+    script = script.replace("/tmp/evalfleet", str(task_dir))
     proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     status = json.loads((tmp_path / "runner_out" / "push_expert" / "run_status.json").read_text())

@@ -186,7 +186,8 @@ def test_exit_before_any_heartbeat_is_fine_when_zero():
 
 
 @pytest.mark.parametrize(
-    "code,outcome,text", [(3, "exit_code", "exit code 3"), (-9, "signal", "killed by SIGKILL"), (-11, "signal", "SIGSEGV")]
+    "code,outcome,text",
+    [(3, "exit_code", "exit code 3"), (-9, "signal", "killed by SIGKILL"), (-11, "signal", "SIGSEGV")],
 )
 def test_crash_exit_is_recorded_and_relaunched(code, outcome, text):
     m = started()

@@ -305,7 +305,8 @@ def test_add_watchdog_parser_registers_the_subcommand(tmp_path):
     sub = parser.add_subparsers(dest="command")
     add_watchdog_parser(sub)
     args = parser.parse_args(
-        ["watchdog", "--stall-timeout", "2", "--poll", "0.1", "--", sys.executable, "-c", "pass", "--stall-timeout", "9"]
+        ["watchdog", "--stall-timeout", "2", "--poll", "0.1", "--",
+         sys.executable, "-c", "pass", "--stall-timeout", "9"]
     )
     assert args.handler is watchdog_command and args.stall_timeout == 2.0
     assert command_from_args(args) == [sys.executable, "-c", "pass", "--stall-timeout", "9"]

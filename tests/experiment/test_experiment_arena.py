@@ -110,7 +110,8 @@ def test_arena_overrides_take_effect(capsys: pytest.CaptureFixture[str]) -> None
             lows, highs = p[name]["variations"][WRIST]["low"], p[name]["variations"][WRIST]["high"]
             assert all(lo <= v <= hi for v, lo, hi in zip(value, lows, highs))
         # Enabling a variation does not move the episode seeds.
-        assert [e["seed"] for e in p[name]["episodes"]] == [e["seed"] for e in base[name]["episodes"]][: len(p[name]["episodes"])]
+        n = len(p[name]["episodes"])
+        assert [e["seed"] for e in p[name]["episodes"]] == [e["seed"] for e in base[name]["episodes"]][:n]
     # Same task, different policy: the same draws (paired comparison).
     assert p["banana_in_bowl_pi0"]["episodes"] == p["banana_in_bowl_cosmos"]["episodes"][:4]
     assert p["mug_on_plate_pi0"]["episodes"] == p["mug_on_plate_cosmos"]["episodes"]

@@ -62,7 +62,8 @@ CASES = [
     Case("run-not-a-map", "runs:\n  push_expert: 3\n", "runs.push_expert"),
     # --- unknown keys --------------------------------------------------------------------------------
     Case("unknown-top-level-key", "colour: red\n" + GOOD, "colour", also=("unknown key",)),
-    Case("unknown-key-in-run", run_doc(policyy="{type: zero}"), "runs.push_expert.policyy", also=("did you mean policy",)),
+    Case("unknown-key-in-run", run_doc(policyy="{type: zero}"), "runs.push_expert.policyy",
+         also=("did you mean policy",)),
     Case("unknown-key-in-rollout-limit", run_doc(rollout_limit="{num_episodes: 5, num_episode: 5}"),
          "runs.push_expert.rollout_limit.num_episode", also=("num_episodes",)),
     Case("unknown-key-in-recording", run_doc(recording="{vidoe: true}"), "runs.push_expert.recording.vidoe",
@@ -109,8 +110,8 @@ CASES = [
          "shared:\n  variations: {object: {position_noise: {enabled: true, low: 0.0, high: 0.1}}}\n" + GOOD,
          "shared.variations.object.position_noise", also=("vector of 3",)),
     Case("override-bad-shared-value", "shared:\n  rollout_limit: {num_episodes: 3}\n" + run_doc(rollout_limit=None), "",
-         overrides=("shared.rollout_limit.num_episodes=0",), also=("shared.rollout_limit.num_episodes", "greater than 0"),
-         on_command_line=True),
+         overrides=("shared.rollout_limit.num_episodes=0",),
+         also=("shared.rollout_limit.num_episodes", "greater than 0"), on_command_line=True),
     Case("bad-run-name-digit", GOOD.replace("push_expert", "1st_run"), "runs.1st_run", also=("bad Run name",)),
     Case("bad-run-name-space", GOOD.replace("push_expert:", "'push expert':"), "runs.push expert",
          also=("bad Run name",)),
@@ -216,7 +217,8 @@ def check_one_error_line(capsys: pytest.CaptureFixture[str], rc: int, case: Case
 
 @pytest.mark.parametrize("command", ["plan", "overrides"])
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_malformed_input_exits_2_with_one_line(case: Case, command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_malformed_input_exits_2_with_one_line(case: Case, command: str, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     path = write_case(tmp_path, case)
     work = tmp_path / "cwd"

@@ -174,7 +174,8 @@ def test_merge_order(merge_file: Path) -> None:
 
 def test_override_beats_run_and_shared_override_does_not_beat_run(merge_file: Path) -> None:
     # An override of a Run key wins over everything.
-    runs = load_experiment(merge_file, ["runs.own.rollout_limit.num_episodes=2", "runs.plain.recording.fps=60"]).experiment.runs
+    overrides = ["runs.own.rollout_limit.num_episodes=2", "runs.plain.recording.fps=60"]
+    runs = load_experiment(merge_file, overrides).experiment.runs
     assert runs["own"].rollout_limit.num_episodes == 2 and runs["plain"].recording.fps == 60
     # An override of shared changes shared: Runs that set the key themselves keep their own value.
     runs = load_experiment(merge_file, ["shared.rollout_limit.num_episodes=11",
@@ -225,7 +226,8 @@ def test_experiment_cfg_alias(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize("flag", ["--list-overrides", "--list_overrides"])
-def test_run_list_overrides_prints_the_listing_and_runs_nothing(flag: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_run_list_overrides_prints_the_listing_and_runs_nothing(flag: str, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)
     expected = cli(capsys, "overrides", str(ARENA), "runs.mug_on_plate_pi0.rollout_limit.num_episodes=4")
@@ -239,7 +241,8 @@ def test_run_list_overrides_prints_the_listing_and_runs_nothing(flag: str, tmp_p
 def test_console_script_smoke(tmp_path: Path) -> None:
     exe = shutil.which("evalfleet")
     cmd = [exe] if exe else [sys.executable, "-m", "evalfleet.cli"]
-    listing = subprocess.run([*cmd, "overrides", str(QUICKSTART)], capture_output=True, text=True, timeout=60, check=True)
+    listing = subprocess.run([*cmd, "overrides", str(QUICKSTART)], capture_output=True, text=True, timeout=60,
+                             check=True)
     line = "runs.pick_place_expert.rollout_limit.num_episodes=50"
     assert line in listing.stdout.splitlines()
     plan = subprocess.run([*cmd, "plan", str(QUICKSTART), line.replace("=50", "=3"), "--json"],

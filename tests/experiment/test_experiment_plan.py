@@ -81,7 +81,8 @@ def per_run(plan: dict) -> dict[str, dict]:
 def test_shard_size_and_workers_do_not_change_episodes(path_name: str, paired: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     path = {"quickstart": QUICKSTART, "paired": paired, "arena": ARENA}[path_name]
-    extra = ["shared.variations.droid_abs_joint_pos.camera_extrinsics_wrist_camera.enabled=true"] if path == ARENA else []
+    wrist = "shared.variations.droid_abs_joint_pos.camera_extrinsics_wrist_camera.enabled=true"
+    extra = [wrist] if path == ARENA else []
     base = plan_json(capsys, path, *extra)
     seen_shard_counts = set()
     for args in (["--shard-size", "1"], ["--shard-size", "3"], ["--shard-size", "1000"], ["--workers", "1"],
@@ -165,7 +166,8 @@ def test_enabling_one_variation_leaves_the_others_draws_alone(paired: Path) -> N
         "runs.reach_zero.variations.object.position_noise.enabled=false"])).to_json())["reach_zero"]
     for b, m, f in zip(base, more, fewer):
         assert b["seed"] == m["seed"] == f["seed"]
-        assert m["variations"]["robot.action_noise"] == b["variations"]["robot.action_noise"] == f["variations"]["robot.action_noise"]
+        noise = "robot.action_noise"
+        assert m["variations"][noise] == b["variations"][noise] == f["variations"][noise]
         assert m["variations"]["object.position_noise"] == b["variations"]["object.position_noise"]
         assert set(m["variations"]) == {"robot.action_noise", "object.position_noise", "scene.friction_scale",
                                         "object.mass_scale"}
@@ -178,8 +180,9 @@ def test_changing_a_samplers_range_only_changes_that_variation(paired: Path) -> 
     wider = episodes(make_plan(load_experiment(paired, [
         "runs.reach_zero.variations.robot.action_noise.low=0.1",
         "runs.reach_zero.variations.robot.action_noise.high=0.9"])).to_json())["reach_zero"]
-    assert [e["variations"]["object.position_noise"] for e in base] == [e["variations"]["object.position_noise"] for e in wider]
-    assert [e["variations"]["robot.action_noise"] for e in base] != [e["variations"]["robot.action_noise"] for e in wider]
+    pos, noise = "object.position_noise", "robot.action_noise"
+    assert [e["variations"][pos] for e in base] == [e["variations"][pos] for e in wider]
+    assert [e["variations"][noise] for e in base] != [e["variations"][noise] for e in wider]
 
 
 def test_seeds_follow_the_experiment_seed_the_builder_seed_and_the_task_tag(paired: Path) -> None:
@@ -206,7 +209,8 @@ def test_seeds_are_stable_constants() -> None:
     assert episode_seed(0, "push-v3", 1) == 1946411182
     assert episode_seed(0, "pick-place-v3", 0) == 204684846
     assert episode_seed(7, "push-v3", 0) == 1166146873
-    value = sample({"distribution": "uniform", "low": 0.2, "high": 0.8}, variation_rng(1843015446, "robot.action_noise"))
+    uniform = {"distribution": "uniform", "low": 0.2, "high": 0.8}
+    value = sample(uniform, variation_rng(1843015446, "robot.action_noise"))
     assert value == pytest.approx(0.20741196612861937, abs=1e-12)
     assert all(0 <= episode_seed(s, t, i) < 2**31 for s in (0, 1, 2**40) for t in ("a", "push-v3") for i in range(50))
 
@@ -216,7 +220,8 @@ def test_pinned_seeds_appear_in_the_quickstart_plan(capsys: pytest.CaptureFixtur
     assert [e["seed"] for e in eps["push_expert"][:2]] == [1843015446, 1946411182]
     assert eps["pick_place_expert"][0]["seed"] == 204684846
     noisy = eps["push_expert_noisy"][0]["variations"]["robot.action_noise"]
-    assert noisy == sample({"distribution": "uniform", "low": 0.2, "high": 0.8}, variation_rng(1843015446, "robot.action_noise"))
+    uniform = {"distribution": "uniform", "low": 0.2, "high": 0.8}
+    assert noisy == sample(uniform, variation_rng(1843015446, "robot.action_noise"))
 
 
 def test_choice_and_normal_samplers(tmp_path: Path) -> None:

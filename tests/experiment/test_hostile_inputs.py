@@ -181,7 +181,8 @@ CATEGORIES: dict[str, list[Case]] = {
         Case("runs-a-list", "runs: [a, b]\n", "runs"),
         Case("run-a-number", "runs:\n  push_expert: 3\n", f"{RUN}"),
         Case("environment-a-string", run_doc(environment="metaworld"), f"{RUN}.environment"),
-        Case("num-episodes-a-string", run_doc(rollout_limit="{num_episodes: ten}"), f"{RUN}.rollout_limit.num_episodes"),
+        Case("num-episodes-a-string", run_doc(rollout_limit="{num_episodes: ten}"),
+             f"{RUN}.rollout_limit.num_episodes"),
         Case("num-episodes-a-bool", run_doc(rollout_limit="{num_episodes: yes}"), f"{RUN}.rollout_limit.num_episodes"),
         Case("num-episodes-a-list", run_doc(rollout_limit="{num_episodes: [2]}"), f"{RUN}.rollout_limit.num_episodes"),
         Case("seed-a-float", "seed: 1.5\n" + GOOD, "seed"),
@@ -427,7 +428,8 @@ def test_bad_output_folder_exits_2_naming_the_path(case_id: str, make: Callable[
     out = make(tmp_path)
     monkeypatch.chdir(tmp_path)
     before = snapshot(tmp_path)
-    rc = main(["run", str(exp), "--output", str(out), "--workers", "1", "--no-progress", *(["--resume"] if resume else [])])
+    rc = main(["run", str(exp), "--output", str(out), "--workers", "1", "--no-progress",
+               *(["--resume"] if resume else [])])
     err = capsys.readouterr().err
     check_line(err, rc, str(out) if len(str(out)) < 200 else str(out)[:100], "", also)
     assert snapshot(tmp_path) == before, "a refused run wrote files"
@@ -440,7 +442,8 @@ PLUGIN_CASES = [
     ("missing-module", None, ("evalfleet_no_such_plugin", "EVALFLEET_PLUGINS", "no module named")),
     ("raises-on-import", "raise RuntimeError('plugin exploded')\n", ("RuntimeError", "plugin exploded")),
     ("syntax-error", "def broken(:\n", ("SyntaxError",)),
-    ("imports-a-missing-dependency", "import evalfleet_missing_dependency_xyz\n", ("evalfleet_missing_dependency_xyz",)),
+    ("imports-a-missing-dependency", "import evalfleet_missing_dependency_xyz\n",
+     ("evalfleet_missing_dependency_xyz",)),
 ]
 
 

@@ -96,4 +96,5 @@ def test_command_lines_keep_flag_and_value_together() -> None:
     assert all(line.endswith(" \\") for line in lines[:-1])
     assert shlex.split(" ".join(line.removesuffix("\\") for line in lines)) == \
         ["serve", "x", "--port", "8000", "--name", "two words", "--flag", "--path", "/a/very/long/path/name"]
-    assert any("--port 8000" in line for line in lines) and any("--path /a/very/long/path/name" in line for line in lines)
+    assert any("--port 8000" in line for line in lines)
+    assert any("--path /a/very/long/path/name" in line for line in lines)

@@ -1,7 +1,8 @@
-"""Make a tiny, randomly initialised LeRobot checkpoint folder (no downloads). Runs in the LeRobot venv:
+"""Make a tiny, randomly initialised LeRobot checkpoint folder (no downloads). Runs in the LeRobot venv
+(`<venv>/bin/python tests/lerobot_policies/tiny_checkpoint.py ARGS`), e.g. with ARGS:
 
-    <venv>/bin/python tests/lerobot_policies/tiny_checkpoint.py act OUT --state-dim 2 --action-dim 2 --image top=96
-    <venv>/bin/python tests/lerobot_policies/tiny_checkpoint.py diffusion OUT --state-dim 39 --action-dim 4 --image corner=32
+    act OUT --state-dim 2 --action-dim 2 --image top=96
+    diffusion OUT --state-dim 39 --action-dim 4 --image corner=32
 
 `--image CAMERA=SIZE` adds `observation.image` (first camera) or `observation.images.<camera>` (others);
 `--action-mean/--action-std` set the normalisation stats of the action (Push-T: pixels around 256).

@@ -10,7 +10,7 @@ import pytest
 
 from evalfleet_testkit import metaworld_run
 from evalfleet.experiment.loading import load_experiment
-from evalfleet.experiment.plan import Shard, make_plan
+from evalfleet.experiment.plan import make_plan
 from evalfleet.rollout.runner import latest_records, run_shards
 
 ALL_VARIATIONS = {

@@ -228,7 +228,8 @@ def test_a_run_through_the_vla_eval_binding(tmp_path):
     env = dict(os.environ, NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
     done = run_evalfleet("run", str(exp), "--output", str(out), "--workers", "1", env=env)
     assert done.returncode == 0, done.stderr
-    records = [json.loads(line) for line in (out / "zero_over_vla_eval" / "episode_results.jsonl").read_text().splitlines()]
+    lines = (out / "zero_over_vla_eval" / "episode_results.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
     assert [r["status"] for r in records] == ["failure", "failure"] and all(r["episode_length"] == 3 for r in records)
 
 

@@ -1,6 +1,7 @@
 """The same plan gives identical per-episode results on Push-T, any Gymnasium id (CartPole) and
 robosuite Lift, LIBERO and ALOHA whether one worker with one env or two workers with two envs each run it (real
-`evalfleet run` subprocesses); Push-T's, LIBERO's and ALOHA's (camera images included) whole observation streams are compared, not only outcomes."""
+`evalfleet run` subprocesses); Push-T's, LIBERO's and ALOHA's (camera images included) whole observation
+streams are compared, not only outcomes."""
 
 from __future__ import annotations
 

@@ -50,7 +50,8 @@ def test_every_task_of_the_four_suites_has_a_name_an_instruction_and_50_initial_
 
 
 def test_a_built_task_declares_its_spaces_and_the_suites_step_limit(spatial, objects):
-    assert spatial.action_dim == 7 and spatial.action_low.tolist() == [-1.0] * 7 and spatial.action_high.tolist() == [1.0] * 7
+    assert spatial.action_dim == 7
+    assert spatial.action_low.tolist() == [-1.0] * 7 and spatial.action_high.tolist() == [1.0] * 7
     assert spatial.max_steps == 8 and spatial.cameras == ()
     assert spatial.instruction == get_task("libero_spatial", 1).instruction
     assert objects.max_steps == SUITE_MAX_STEPS["libero_object"] == 280
