@@ -25,5 +25,8 @@ if [ "${EVALFLEET_LEROBOT:-1}" != "0" ]; then
   bash scripts/lerobot-env.sh >/dev/null
 fi
 
+# The pinned linter (ruff, from the test extra; configured in pyproject.toml): a lint error fails here.
+python3 -m ruff check src tests bench examples
+
 export MPLBACKEND=Agg
 exec python3 -m pytest "$@"
