@@ -42,7 +42,7 @@ def spread(values: list[float], digits: int = 3) -> dict[str, Any]:
     if not xs:
         return {"n": 0}
     q1, _, q3 = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else (xs[0], xs[0], xs[0])
-    r = lambda x: round(x, digits)  # noqa: E731
+    r = lambda x: round(x, digits)  # noqa: E731 - a one-line local helper
     return {"median": r(statistics.median(xs)), "min": r(xs[0]), "max": r(xs[-1]), "q1": r(q1), "q3": r(q3),
             "n": len(xs), "values": [r(v) for v in values]}
 

@@ -24,12 +24,12 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import Timer, add_repeat_arg, emit, interleaved, machine, ratios, spread  # noqa: E402
+from _common import Timer, add_repeat_arg, emit, interleaved, machine, ratios, spread
 
-from evalfleet.analysis.loading import load_records  # noqa: E402
-from evalfleet.analysis.success import write_success_plots  # noqa: E402
-from evalfleet.outputs.collect import collect  # noqa: E402
-from evalfleet.outputs.finalize import finalize, write_report  # noqa: E402
+from evalfleet.analysis.loading import load_records
+from evalfleet.analysis.success import write_success_plots
+from evalfleet.outputs.collect import collect
+from evalfleet.outputs.finalize import finalize, write_report
 
 
 def make_runs(root: str, episodes: int, runs: int, seed: int = 0) -> None:
@@ -92,7 +92,7 @@ def main() -> int:
         make_runs(template, args.episodes, args.runs)
         results: dict[str, dict] = {}
 
-        def measure(name: str, step) -> float:  # noqa: ANN001 - separate or together
+        def measure(name: str, step) -> float:  # step: separate or together
             root = os.path.join(work, name)
             shutil.rmtree(root, ignore_errors=True)
             shutil.copytree(template, root)  # the same untouched folder every time (the copy is not timed)

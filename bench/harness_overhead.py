@@ -54,7 +54,7 @@ def make_plan(tmp: Path, episodes: int, max_steps: int):
 
 
 def bare_pusht(seeds: list[int], max_steps: int) -> tuple[float, int]:
-    import gym_pusht  # noqa: F401
+    import gym_pusht  # noqa: F401 - registers the gym id
     import gymnasium
 
     env = gymnasium.make("gym_pusht/PushT-v0", obs_type="state", render_mode="rgb_array", max_episode_steps=max_steps)

@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "outputs"))
-from arena_output import arena_line  # noqa: E402
+from arena_output import arena_line
 
 
 def main() -> int:

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 SIM_TESTS = Path(__file__).resolve().parents[1] / "sim"  # sim_digest_policy, also loaded by the runners
 if str(SIM_TESTS) not in sys.path:
     sys.path.append(str(SIM_TESTS))
-from sim_digest_policy import read_digests  # noqa: E402
+from sim_digest_policy import read_digests  # noqa: E402 - sys.path is set up first
 EPISODES = 1
 RUNS = {
     f"spatial_{i}": {

@@ -150,7 +150,7 @@ def test_same_task_different_policies_face_identical_episodes(paired: Path) -> N
 
 def test_quickstart_pairs_by_task(capsys: pytest.CaptureFixture[str]) -> None:
     eps = episodes(plan_json(capsys, QUICKSTART))
-    strip = lambda es: [(e["episode"], e["seed"]) for e in es]  # noqa: E731
+    strip = lambda es: [(e["episode"], e["seed"]) for e in es]  # noqa: E731 - a one-line local helper
     assert strip(eps["push_expert"]) == strip(eps["push_expert_noisy"])
     assert strip(eps["pick_place_expert"]) == strip(eps["pick_place_expert_noisy"])
     assert all(e["variations"] == {} for e in eps["push_expert"])

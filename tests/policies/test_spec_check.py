@@ -19,7 +19,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from evalfleet_testkit import run_evalfleet  # noqa: E402
+from evalfleet_testkit import run_evalfleet  # noqa: E402 - sys.path is set up first
 
 ENV = EnvironmentSpec(source="environment pusht", action_dim=2, action_low=(-1.0, -1.0), action_high=(1.0, 1.0),
                       cameras=("top",), image_sizes={"top": (96, 96)}, state_dim=5, gripper="positive_closes")

@@ -43,10 +43,10 @@ def test_concurrent_clients_each_get_their_own_actions_in_shared_batches(protoco
     policy = ServingTestPolicy({"cost_ms": 20})
     if protocol == "openpi":
         server = OpenpiServer(policy, max_batch=CLIENTS, max_wait_ms=200)
-        make = lambda: OpenpiRemotePolicy(OpenpiRemoteOptions(port=thread.port, connect_timeout_s=10))  # noqa: E731
+        make = lambda: OpenpiRemotePolicy(OpenpiRemoteOptions(port=thread.port, connect_timeout_s=10))  # noqa: E731 - a local factory
     else:
         server = Gr00tServer(policy, max_batch=CLIENTS, max_wait_ms=200)
-        make = lambda: Gr00tRemotePolicy(Gr00tRemoteOptions(port=thread.port, connect_timeout_s=10))  # noqa: E731
+        make = lambda: Gr00tRemotePolicy(Gr00tRemoteOptions(port=thread.port, connect_timeout_s=10))  # noqa: E731 - a local factory
     with ServerThread(server) as thread:
         results = run_clients(make)
     for k in range(CLIENTS):

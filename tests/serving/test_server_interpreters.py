@@ -15,7 +15,7 @@ import yaml
 from evalfleet.serving.process import LOG_TAIL_CHARS, ServerProcess, printable_tail
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from evalfleet_testkit import run_evalfleet  # noqa: E402
+from evalfleet_testkit import run_evalfleet
 
 SECRET = "k3y-that-must-not-show"
 

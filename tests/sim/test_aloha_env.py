@@ -10,9 +10,9 @@ import pytest
 
 pytest.importorskip("gym_aloha")
 
-from evalfleet.errors import UserError  # noqa: E402
-from evalfleet.experiment.loading import load_experiment  # noqa: E402
-from evalfleet.sim.aloha_spec import _make_aloha  # noqa: E402
+from evalfleet.errors import UserError
+from evalfleet.experiment.loading import load_experiment
+from evalfleet.sim.aloha_spec import _make_aloha
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,10 @@ import pytest
 
 pytest.importorskip("libero.libero")
 
-from evalfleet.errors import UserError  # noqa: E402
-from evalfleet.experiment.loading import load_experiment  # noqa: E402
-from evalfleet.sim.libero_spec import SUITE_MAX_STEPS, SUITES, _make_libero  # noqa: E402
-from evalfleet.sim.libero_tasks import get_task, init_states, task_names  # noqa: E402
+from evalfleet.errors import UserError
+from evalfleet.experiment.loading import load_experiment
+from evalfleet.sim.libero_spec import SUITE_MAX_STEPS, SUITES, _make_libero
+from evalfleet.sim.libero_tasks import get_task, init_states, task_names
 
 
 @pytest.fixture(scope="module")

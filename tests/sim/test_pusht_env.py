@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("gym_pusht")
 
-from evalfleet.sim.pusht_spec import PushTOptions, _make_pusht  # noqa: E402
+from evalfleet.sim.pusht_spec import PushTOptions, _make_pusht
 
 
 def _states(env, actions):

@@ -9,11 +9,11 @@ import pytest
 
 pytest.importorskip("robosuite")
 
-from evalfleet.errors import UserError  # noqa: E402
-from evalfleet.experiment.loading import load_experiment  # noqa: E402
-from evalfleet.policies.base import PolicyContext  # noqa: E402
-from evalfleet.policies.robosuite_lift import _make as make_lift_policy  # noqa: E402
-from evalfleet.sim.robosuite_spec import _make_robosuite  # noqa: E402
+from evalfleet.errors import UserError
+from evalfleet.experiment.loading import load_experiment
+from evalfleet.policies.base import PolicyContext
+from evalfleet.policies.robosuite_lift import _make as make_lift_policy
+from evalfleet.sim.robosuite_spec import _make_robosuite
 
 
 @pytest.fixture(scope="module")

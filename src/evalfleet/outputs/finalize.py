@@ -40,7 +40,7 @@ def preload() -> None:
     """Import what `finalize` will need (the analysis modules, matplotlib), so that calling it early, while
     a core is idle, takes those seconds off the end of a run. Never raises: `finalize` reports problems."""
     try:
-        from evalfleet.analysis import loading, success  # noqa: F401
+        from evalfleet.analysis import loading, success  # noqa: F401 - imported only to warm the import cache
         from evalfleet.analysis.plots import load_matplotlib
 
         load_matplotlib()

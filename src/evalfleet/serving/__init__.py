@@ -5,5 +5,5 @@ bindings (`evalfleet.serving.bindings.SERVER_BINDINGS`). Heavy dependencies (web
 imported only when a server or client is actually used.
 """
 
-from evalfleet.serving import gr00t, lerobot, openpi, vlaeval  # noqa: F401 - register the remote-client policies
-from evalfleet.serving import bindings  # noqa: E402,F401 - registers the server bindings
+from evalfleet.serving import gr00t, lerobot, openpi, vlaeval  # noqa: F401 - registers the remote-client policies
+from evalfleet.serving import bindings  # noqa: F401 - registers the server bindings
