@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import difflib
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -54,9 +53,6 @@ class LoadedExperiment:
 
     def resolved_yaml(self) -> str:
         return yaml.safe_dump(self.resolved_document(), sort_keys=False)
-
-    def content_hash(self) -> str:
-        return hashlib.sha256(self.resolved_yaml().encode()).hexdigest()
 
 
 def read_document(path: str | Path) -> dict[str, Any]:

@@ -8,7 +8,6 @@ Plots and videos are referenced by relative paths: the report opens from disk ne
 
 from __future__ import annotations
 
-import datetime as _dt
 import html
 import json
 import math
@@ -48,12 +47,6 @@ def _e(value: Any) -> str:
 
 def _badge(status: str) -> str:
     return f'<span class="badge {_e(status)}">{_e(status)}</span>'
-
-
-def _fmt_time(ts: float | None) -> str:
-    if ts is None:
-        return "—"
-    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _fmt_num(x: float | None, digits: int = 2) -> str:
@@ -127,7 +120,7 @@ def _skipped_section(result: dict[str, Any]) -> str:
 
 
 # The progress summary lives with the rest of a Run's summary (experiment_result.json); the report shows it.
-from evalfleet.outputs.summary import criterion_met as _criterion_met, progress_summary  # noqa: E402,F401
+from evalfleet.outputs.summary import progress_summary  # noqa: E402 - beside its one use, after the table helpers
 
 
 def _progress_section(runs: list[Any]) -> str:
