@@ -26,7 +26,7 @@ def run_clients(make_client) -> dict[int, list[np.ndarray]]:
             barrier.wait(10)
             results[k] = [remote.act({"observation/state": np.array([k, step], np.float32)}) for step in range(STEPS)]
             remote.close()
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:  # noqa: BLE001 - the test thread reports any failure
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(k,)) for k in range(CLIENTS)]

@@ -248,7 +248,7 @@ class ShardRunner:
                         result = slot.env.step(action)
                         if slot.video is not None:
                             slot.video.add(slot.env, result.observation)
-                    except Exception as exc:  # noqa: BLE001
+                    except Exception as exc:  # noqa: BLE001 - an environment's error is this episode's error record
                         finish(slot, error=_describe(exc))
                         start(slot)
                         continue
@@ -304,7 +304,7 @@ class ShardRunner:
             return
         try:
             self._call_policy(slots, horizon)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - a policy's error is its episodes' error records
             if len(slots) == 1:
                 finish(slots[0], error=_describe(exc))
                 return
@@ -312,7 +312,7 @@ class ShardRunner:
             for slot in slots:
                 try:
                     self._call_policy([slot], horizon)
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:  # noqa: BLE001 - a policy's error is this episode's error record
                     finish(slot, error=_describe(exc))
 
     def _call_policy(self, slots: list[_Slot], horizon: int | None) -> None:

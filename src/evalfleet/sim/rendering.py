@@ -301,7 +301,7 @@ class OffscreenRenderer:
     def __del__(self) -> None:  # best effort; explicit close() is the normal path
         try:
             self.close()
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - a finalizer must not raise
             pass
 
 

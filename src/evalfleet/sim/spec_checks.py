@@ -23,7 +23,7 @@ MAX_IMAGE_SIDE = 4096  # a 4096×4096 RGB frame is 48 MiB; larger is a typo, not
 def reject_bool(value: Any) -> Any:
     if isinstance(value, bool):
         # pydantic turns a ValueError (not a TypeError) into a validation error
-        raise ValueError(f"expected an integer, not a boolean (got {value!r})")  # noqa: TRY004
+        raise ValueError(f"expected an integer, not a boolean (got {value!r})")  # noqa: TRY004 - pydantic reports ValueError
     return value
 
 
@@ -32,7 +32,7 @@ def not_bool(expected: str) -> BeforeValidator:
 
     def check(value: Any) -> Any:
         if isinstance(value, bool):
-            raise ValueError(f"expected {expected}, not a boolean (got {value!r})")  # noqa: TRY004
+            raise ValueError(f"expected {expected}, not a boolean (got {value!r})")  # noqa: TRY004 - pydantic reports ValueError
         return value
 
     return BeforeValidator(check)
@@ -47,7 +47,7 @@ def check_image_size(value: Any) -> int | tuple[int, int]:
         raise ValueError(f"expected pixels N or [height, width] (got {value!r})")
     for side in sides:
         if isinstance(side, bool) or not isinstance(side, int):
-            raise ValueError(f"expected pixels N or [height, width], whole numbers (got {value!r})")  # noqa: TRY004
+            raise ValueError(f"expected pixels N or [height, width], whole numbers (got {value!r})")  # noqa: TRY004 - pydantic reports ValueError
         if not MIN_IMAGE_SIDE <= side <= MAX_IMAGE_SIDE:
             raise ValueError(f"each side must be {MIN_IMAGE_SIDE}..{MAX_IMAGE_SIDE} pixels (got {value!r})")
     return sides if len(sides) == 2 else sides[0]
