@@ -30,12 +30,10 @@ LAYERS: list[set[str]] = [
 ]
 CLI = "evalfleet.cli"
 CLI_LAYER = len(LAYERS) - 1
-# Command-line modules that still sit in a library package until they move into evalfleet/cli/: each is the
-# command line (layer CLI_LAYER), and no library module imports it (their packages do not re-export them).
-CLI_OUTSIDE_THE_PACKAGE = {
-    "evalfleet.execution.watchdog.command", "evalfleet.execution.watchdog.__main__",
-    "evalfleet.execution.osmo.command", "evalfleet.execution.osmo.__main__",
-}
+# The entry points outside the package: the `__main__` of `python -m evalfleet.execution.watchdog` and of
+# `python -m evalfleet.execution.osmo` (rendered task scripts run them) are thin shims that call into
+# evalfleet.cli, so they are the command line too (layer CLI_LAYER); nothing else imports evalfleet.cli.
+CLI_ENTRY_POINTS = {"evalfleet.execution.watchdog.__main__", "evalfleet.execution.osmo.__main__"}
 
 # Third-party packages heavy enough that the modules importing them load only on first use. A function-level
 # import of such a module (a registry factory loading its simulator adapter) is not a circle: nothing runs
@@ -106,7 +104,7 @@ def layer_of(module: str) -> int | None:
 
 
 def is_cli(module: str) -> bool:
-    return unit(module) == CLI or module in CLI_OUTSIDE_THE_PACKAGE
+    return unit(module) == CLI or module in CLI_ENTRY_POINTS
 
 
 def unassigned(graph: dict[str, set[str]]) -> list[str]:
@@ -211,13 +209,20 @@ def test_the_rule_catches_an_import_of_the_command_line(tmp_path):
         "evalfleet.outputs.report imports the command line: evalfleet.cli.plan",
         "evalfleet.rollout.runner imports the command line: evalfleet.cli",
     ]
-    # a command-line module still outside the package is the command line too; the command line may import it
-    graph = {"evalfleet.execution.pipeline": {"evalfleet.execution.watchdog.command"},
-             "evalfleet.execution.watchdog.command": {"evalfleet.execution.watchdog.process"},
-             "evalfleet.execution.watchdog.process": set(),
-             "evalfleet.cli": {"evalfleet.execution.watchdog.command"}}
+    # an entry point outside the package is the command line too: it may import evalfleet.cli, nothing may import it
+    graph = {"evalfleet.execution.pipeline": {"evalfleet.execution.watchdog.__main__"},
+             "evalfleet.execution.watchdog.__main__": {"evalfleet.cli.watchdog"},
+             "evalfleet.cli.watchdog": {"evalfleet.execution.watchdog.process"},
+             "evalfleet.execution.watchdog.process": set()}
     assert command_line_imports(graph) == [
-        "evalfleet.execution.pipeline imports the command line: evalfleet.execution.watchdog.command"]
+        "evalfleet.execution.pipeline imports the command line: evalfleet.execution.watchdog.__main__"]
+    # any other module of those packages is the library: importing evalfleet.cli there is caught
+    plant(src, "execution/watchdog/process.py", "from evalfleet.cli.watchdog import main")
+    assert command_line_imports(imports(src)) == [
+        "evalfleet.execution.watchdog.process imports the command line: evalfleet.cli.watchdog",
+        "evalfleet.outputs.report imports the command line: evalfleet.cli.plan",
+        "evalfleet.rollout.runner imports the command line: evalfleet.cli",
+    ]
 
 
 def test_the_rule_catches_a_package_without_a_layer(tmp_path):

@@ -192,13 +192,13 @@ def test_a_cold_start_longer_than_the_grace_is_stopped(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("flag", ["{nope}", "{attempt:q}"])
 def test_liveness_glob_with_an_unknown_field_is_a_usage_error(flag: str, tmp_path: Path) -> None:
-    from evalfleet.execution.watchdog.command import main
+    from evalfleet.cli.watchdog import main
 
     assert main(["--liveness-from-files", str(tmp_path / flag), "--", "true"]) == 2
 
 
 def test_a_literal_secret_never_reaches_the_rendered_task_and_arena_config_puts_it_back(tmp_path: Path) -> None:
-    from evalfleet.execution.osmo.command import main as _main
+    from evalfleet.cli.osmo_task import main as _main
 
     secret = "tok-9f8e7d6c5b4a"
     loaded = load_experiment(GROOT, [f"runs.{RUN}.policy.remote_api_token={secret}"])

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from evalfleet.execution.watchdog import EXIT_GAVE_UP, WatchdogConfig, supervise
-from evalfleet.execution.watchdog.command import add_watchdog_parser, command_from_args, main, watchdog_command
+from evalfleet.cli.watchdog import add_watchdog_parser, command_from_args, main, watchdog_command
 
 FAKE_RUNNER = Path(__file__).with_name("fake_runner.py")
 GUARD_S = 60.0  # only a hang guard, never an expectation

@@ -1,8 +1,10 @@
 """The `evalfleet` command: every parser and handler lives in this package, one module per command family
 (`plan`: overrides, plan, variations; `run`: run, runner; `submit`; `serve`; `outputs`: collect, report;
-`analysis`: plot, sensitivity, compare, power), plus the watchdog's own command line module. Each contributes
-its subcommands through a `register(subparsers)` function; handlers parse, call library functions and print,
-and import heavy dependencies lazily so `--help` stays fast. Nothing in the library imports this package."""
+`analysis`: plot, sensitivity, compare, power; `watchdog`; `osmo_task`: the OSMO task-side steps). Each
+contributes its subcommands through a `register(subparsers)` function; handlers parse, call library functions
+and print, and import heavy dependencies lazily so `--help` stays fast. Nothing in the library imports this
+package; the two commands rendered task scripts run, `python -m evalfleet.execution.watchdog` and
+`python -m evalfleet.execution.osmo`, are those packages' thin `__main__` modules calling into it."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ COMMANDS = (
     "evalfleet.cli.plan:register",  # overrides, plan, variations
     "evalfleet.cli.run:register",  # run, runner
     "evalfleet.cli.submit:register",  # submit
-    "evalfleet.execution.watchdog.command:add_watchdog_parser",  # watchdog
+    "evalfleet.cli.watchdog:add_watchdog_parser",  # watchdog
     "evalfleet.cli.serve:register",  # serve
     "evalfleet.cli.outputs:register",  # collect, report
     "evalfleet.cli.analysis:register",  # plot, sensitivity, compare, power

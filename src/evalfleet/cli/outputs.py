@@ -7,14 +7,14 @@ import sys
 from typing import Any
 
 
+COLLECT_DESCRIPTION = ("Merge every Run's episode logs from SRC folders/URLs into OUTPUT: one sorted "
+                       "<run>/episode_results.jsonl per Run, videos, experiment.yaml, experiment_result.json and "
+                       "index.html. SRC and OUTPUT may be local folders or fsspec URLs such as s3://bucket/prefix.")
+
+
 def register(sub: Any) -> None:
-    p = sub.add_parser(
-        "collect",
-        help="merge Run outputs into one folder or bucket prefix (experiment_result.json, index.html)",
-        description="Merge every Run's episode logs from SRC folders/URLs into OUTPUT: one sorted "
-        "<run>/episode_results.jsonl per Run, videos, experiment.yaml, experiment_result.json and index.html. "
-        "SRC and OUTPUT may be local folders or fsspec URLs such as s3://bucket/prefix.",
-    )
+    p = sub.add_parser("collect", description=COLLECT_DESCRIPTION,
+                       help="merge Run outputs into one folder or bucket prefix (experiment_result.json, index.html)")
     p.add_argument("sources", nargs="+", metavar="SRC", help="output folder(s) or URL(s) holding Run folders")
     p.add_argument("--output", "-o", required=True, metavar="DIR|URL", help="where to write (may equal SRC)")
     p.add_argument("--s3-endpoint", metavar="URL", default=None,

@@ -3,8 +3,8 @@
 The package, by concern: `names` (task and workflow names, OSMO's `{{...}}` tokens), `resources` (where each
 Run goes, the checks before rendering), `credentials` (secrets as variables and task credentials), `scripts`
 (run.sh, serve.sh, collect.sh), `arena` (an Arena Run's runner task), `workflow` (the specs), `submit` (the
-`osmo` backend: dry run, `osmo workflow submit`), `task_steps` (what runs inside a task) and `command` (the
-task-side command line, ``python -m evalfleet.execution.osmo ...``).
+`osmo` backend: dry run, `osmo workflow submit`) and `task_steps` (what runs inside a task); `__main__` runs the
+task-side command line, ``python -m evalfleet.execution.osmo ...``, whose parser is `evalfleet.cli.osmo_task`.
 
 Shape of a rendered workflow (see docs/cluster.md)::
 

@@ -1,5 +1,6 @@
-"""``python -m evalfleet.execution.osmo ...``: the task-side steps the rendered task scripts run."""
+"""``python -m evalfleet.execution.osmo ...``: the task-side steps the rendered task scripts run; their parser is
+`evalfleet.cli.osmo_task`."""
 
-from evalfleet.execution.osmo.command import main
+from evalfleet.cli.osmo_task import main
 
 raise SystemExit(main())

@@ -44,8 +44,8 @@ From Python (e.g. a local backend running shards in threads): `supervise(cmd, he
 returns a `WatchdogResult`; set the `stop_event` you passed to stop everything.
 
 Modules: `config` (WatchdogConfig, config_problems), `machine` (the pure WatchdogStateMachine), `heartbeats`
-(which heartbeat counts, heartbeats made from files), `process` (the Watchdog driver, supervise, WatchdogResult)
-and `command` (the command line: a CLI module, so this package does not import it).
+(which heartbeat counts, heartbeats made from files), `process` (the Watchdog driver, supervise, WatchdogResult);
+`__main__` runs the command line, which lives in `evalfleet.cli.watchdog` (this package does not import it).
 """
 
 from evalfleet.execution.watchdog.config import (

@@ -1,7 +1,8 @@
 """The watchdog: supervise a runner process, restart it when it stalls or dies, stop it cleanly.
 
-The command line of `evalfleet watchdog` and `python -m evalfleet.execution.watchdog` (flags, exit codes and
-liveness rules: the package's docstring and docs/watchdog.md): argument parsing and calls of the library only.
+The command line of `evalfleet watchdog` and `python -m evalfleet.execution.watchdog` (that package's `__main__`
+calls `main` here; flags, exit codes and liveness rules: `evalfleet.execution.watchdog` and docs/watchdog.md):
+argument parsing and calls of the library only.
 """
 
 from __future__ import annotations
@@ -24,24 +25,35 @@ from evalfleet.execution.watchdog.process import Watchdog
 EXIT_USAGE = 2
 
 
+# The tuning flags before --heartbeat, as `--help` lists them: flag, metavar, what it does; the default is
+# WatchdogConfig's and the type that of the default.
+_TIMING_FLAGS = (
+    ("--startup-timeout", "S", "grace before the first progress heartbeat"),
+    ("--stall-timeout", "S", "restart when steps/episodes do not change for this long"),
+    ("--max-restarts", "N", "relaunch at most N times, then give up with exit code 1"),
+)
+# ... and those after it.
+_RETRY_FLAGS = (
+    ("--poll", "S", "how often to read the heartbeat"),
+    ("--term-grace", "S", "SIGKILL this long after SIGTERM"),
+    ("--backoff", "S", "wait before the first relaunch, doubled each time"),
+    ("--backoff-max", "S", "longest wait between relaunches"),
+)
+
+
+def _add_settings(parser: argparse.ArgumentParser, flags: tuple[tuple[str, str, str], ...]) -> None:
+    defaults = WatchdogConfig()
+    for flag, metavar, text in flags:
+        default = getattr(defaults, flag[2:].replace("-", "_"))
+        parser.add_argument(flag, type=type(default), default=default, metavar=metavar,
+                            help=f"{text} (default {default:g})")
+
+
 def add_watchdog_arguments(parser: argparse.ArgumentParser) -> None:
-    d = WatchdogConfig()
-    parser.add_argument("--startup-timeout", type=float, default=d.startup_timeout, metavar="S",
-                        help=f"grace before the first progress heartbeat (default {d.startup_timeout:g})")
-    parser.add_argument("--stall-timeout", type=float, default=d.stall_timeout, metavar="S",
-                        help=f"restart when steps/episodes do not change for this long (default {d.stall_timeout:g})")
-    parser.add_argument("--max-restarts", type=int, default=d.max_restarts, metavar="N",
-                        help=f"relaunch at most N times, then give up with exit code 1 (default {d.max_restarts})")
+    _add_settings(parser, _TIMING_FLAGS)
     parser.add_argument("--heartbeat", metavar="FILE", default=None,
                         help="heartbeat file passed to the child as EVALFLEET_HEARTBEAT (default: a temporary file)")
-    parser.add_argument("--poll", type=float, default=d.poll, metavar="S",
-                        help=f"how often to read the heartbeat (default {d.poll:g})")
-    parser.add_argument("--term-grace", type=float, default=d.term_grace, metavar="S",
-                        help=f"SIGKILL this long after SIGTERM (default {d.term_grace:g})")
-    parser.add_argument("--backoff", type=float, default=d.backoff, metavar="S",
-                        help=f"wait before the first relaunch, doubled each time (default {d.backoff:g})")
-    parser.add_argument("--backoff-max", type=float, default=d.backoff_max, metavar="S",
-                        help=f"longest wait between relaunches (default {d.backoff_max:g})")
+    _add_settings(parser, _RETRY_FLAGS)
     parser.add_argument("--status-file", metavar="FILE", default=None,
                         help="write the watchdog state, reason and attempts here as JSON")
     parser.add_argument("--liveness-from-files", metavar="GLOB", action="append", default=[],
