@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from evalfleet.errors import UserError
 
@@ -64,6 +64,17 @@ def _no_osmo_token(v: Any) -> Any:
     return v
 
 
+def _image(v: str) -> str:
+    if len(v) > IMAGE_MAX or not IMAGE.match(v):
+        raise ValueError(f"{v!r} is not a container image reference: [registry[:port]/]name[:tag][@digest], the"
+                         " name in lowercase, e.g. nvcr.io/team/arena:1.0")
+    return v
+
+
+# A container image reference, checked by `_image` (the `image` of OSMO tasks and of Arena's runner task).
+ImageReference = Annotated[str, AfterValidator(_image)]
+
+
 class OsmoSettings(BaseModel):
     """`osmo.*`: how an Experiment becomes OSMO workflows. Resources apply to every runner and server
     task (one profile per Run, as in Arena); the collect task gets a small CPU profile."""
@@ -83,7 +94,7 @@ class OsmoSettings(BaseModel):
     priority: Literal["HIGH", "NORMAL", "LOW"] = "NORMAL"
     exec_timeout: str | None = Field(default=None, description="e.g. 12h; null: the pool's default")
     queue_timeout: str | None = Field(default=None, description="e.g. 2d; null: the pool's default")
-    image: str = Field(default="evalfleet:latest", description="container image with evalfleet installed")
+    image: ImageReference = Field(default="evalfleet:latest", description="container image with evalfleet installed")
     max_tasks: int = Field(default=20, ge=3, description="most tasks in one workflow; more are split")
     max_parallel_runs: int | None = Field(default=None, gt=0, description="at most K Runs at once: Run i "
                                           "starts after Run i-K's runner; null: all at once")
@@ -127,11 +138,6 @@ class OsmoSettings(BaseModel):
                              " with a letter or digit, at most 63 characters")
         return v
 
-    @field_validator("image")
-    @classmethod
-    def image_reference(cls, v: str) -> str:
-        return _image(v)
-
     @field_validator("output_url")
     @classmethod
     def url_line(cls, v: str | None) -> str | None:
@@ -156,13 +162,6 @@ class OsmoSettings(BaseModel):
         return quantity_gib(self.memory)
 
 
-def _image(v: str) -> str:
-    if len(v) > IMAGE_MAX or not IMAGE.match(v):
-        raise ValueError(f"{v!r} is not a container image reference: [registry[:port]/]name[:tag][@digest], the"
-                         " name in lowercase, e.g. nvcr.io/team/arena:1.0")
-    return v
-
-
 def quantity_gib(text: str) -> float:
     m = QUANTITY.match(text)
     if not m:
@@ -181,7 +180,7 @@ class ExperimentRunnerSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    image: str = Field(default=ARENA_RUNNER_IMAGE, description="container image with Isaac Sim and Arena")
+    image: ImageReference = Field(default=ARENA_RUNNER_IMAGE, description="container image with Isaac Sim and Arena")
     record_camera_video: bool = Field(default=False, description="pass --record_camera_video to Arena's runner")
     record_viewport_video: bool = Field(default=False, description="pass --record_viewport_video")
     startup_grace_s: float = Field(default=1800.0, gt=0, description="silence allowed before the first output"
@@ -200,11 +199,6 @@ class ExperimentRunnerSettings(BaseModel):
         if isinstance(v, str) and not v.strip():
             raise ValueError("must not be empty (leave it out for the default)")
         return v
-
-    @field_validator("image")
-    @classmethod
-    def image_reference(cls, v: str) -> str:
-        return _image(v)
 
     @field_validator("python")
     @classmethod
