@@ -3,7 +3,7 @@
 A thin parser over the chosen backend's `submit` (execution/backends.py). OSMO (execution/osmo): renders
 the Experiment into one or more OSMO workflows and submits each with ``osmo workflow submit FILE -t json``,
 printing the workflow IDs; `--dry-run` prints the workflow YAML (and writes it to --output-dir when given)
-without needing the `osmo` CLI. Ray (execution/ray_backend.py): the whole evaluation as one Ray job.
+without needing the `osmo` CLI. Ray (execution/ray/jobs.py): the whole evaluation as one Ray job.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ from evalfleet.registry import Registry
 
 BUILTIN_BACKEND_MODULES = (
     "evalfleet.execution.local",
-    "evalfleet.execution.ray_backend",
+    "evalfleet.execution.ray.backend",
     "evalfleet.execution.osmo",
 )
 

@@ -1,0 +1,107 @@
+"""The `ray` backend (`evalfleet run/submit --backend ray`): connect to a cluster or start a local instance, run
+the plan's shards through `driver.RayRun`, or hand the whole evaluation to the cluster as a Ray job (`jobs`)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from evalfleet.errors import UserError
+from evalfleet.execution.backends import BACKENDS, BackendBase, ExecutionJob, WorkerResult
+from evalfleet.execution.output_dir import mark_runs_running
+from evalfleet.execution.ray.common import import_ray
+from evalfleet.execution.ray.driver import RayRun
+from evalfleet.execution.ray.jobs import submit_ray_job
+from evalfleet.layout import EXPERIMENT_FILE
+from evalfleet.secrets import ENV_PREFIX
+
+LOCAL_OBJECT_STORE_BYTES = 256 * 1024 * 1024
+
+
+def check_ray_arguments(address: str | None) -> None:
+    """What can be refused before anything is written: Ray missing, a Jobs API address given to `run`."""
+    import_ray()
+    if address and address.startswith(("http://", "https://")):
+        raise UserError(f"{address} looks like the Ray Jobs API (dashboard) address: give `evalfleet run` the "
+                        "cluster address (HOST:6379, or auto), or submit with `evalfleet submit --backend ray "
+                        f"--ray-address {address}`", where="command line", key="--ray-address")
+
+
+@BACKENDS.register("ray", summary="shard tasks on a Ray cluster (or a local Ray instance); also Ray jobs")
+class RayBackend(BackendBase):
+    """`address`: an existing cluster ("auto", "HOST:6379", "ray://..."), or None for a local instance sized to
+    `workers` CPUs (default: this machine), dashboard off. If Ray is already initialised in this process it
+    is used as is (and left connected)."""
+
+    name = "ray"
+    resume_hint = " --backend ray"
+
+    def __init__(self, *, workers: int | None = None, address: str | None = None):
+        self.workers = workers  # checked by the caller (execution.api.check_workers)
+        self.address = address
+        self._started = False
+
+    def check(self) -> None:
+        check_ray_arguments(self.address)
+
+    def open(self) -> int:
+        ray = import_ray()
+        if not ray.is_initialized():
+            kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": "WARNING"}
+            secrets = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIX)}  # exported by the pipeline
+            if secrets:  # a cluster's workers get them through Ray's runtime env, never through a file
+                kwargs["runtime_env"] = {"env_vars": secrets}
+            if self.address:
+                try:
+                    ray.init(address=self.address, **kwargs)
+                except Exception as exc:  # noqa: BLE001 - an unreachable or refusing cluster is the user's to fix
+                    first = (str(exc).splitlines() or [""])[0]
+                    raise UserError(f"cannot connect to the Ray cluster at {self.address}: {type(exc).__name__}: "
+                                    f"{first} (is it running? does RAY_AUTH_MODE / the auth token match the "
+                                    "cluster's?)", where="command line", key="--ray-address") from None
+            else:
+                # Records flow through actor calls, not the object store: a small one is plenty.
+                ray.init(num_cpus=self.workers or os.cpu_count() or 1, include_dashboard=False,
+                         object_store_memory=LOCAL_OBJECT_STORE_BYTES, **kwargs)
+            self._started = True
+        return self.workers or int(ray.cluster_resources().get("CPU", 1))
+
+    def execute(self, job: ExecutionJob, experiment_file: Path) -> list[WorkerResult]:
+        """Every pending shard as a Ray task; served Runs get their server in a placement group (RayRun)."""
+        from evalfleet.execution.progress import ProgressTracker, watch_progress
+
+        run = RayRun(job.plan, job.out, job.watchdog)
+        mark_runs_running(job.out, job.plan)
+        thread = threading.Thread(target=run.execute, daemon=True, name="ray-driver")
+        thread.start()
+        try:
+            watch_progress([thread], ProgressTracker.for_plan(job.out, job.plan), job.show_progress)
+        except KeyboardInterrupt:
+            run.stop.set()
+            thread.join()
+            raise
+        thread.join()
+        if run.crash is not None:
+            raise run.crash
+        return run.results
+
+    def close(self) -> None:
+        if self._started:
+            import_ray().shutdown()
+            self._started = False
+
+    def submit(self, loaded: Any, *, dry_run: bool, output_dir: str | None, stream: Any) -> int:
+        """The whole evaluation as one Ray job (`submit_ray_job`); `address` is the Jobs API."""
+        if not self.address:
+            raise UserError("--backend ray needs --ray-address http://HEAD:8265 (the Ray Jobs API of the cluster)",
+                            where="command line", key="--ray-address")
+        if dry_run:
+            print(f"# would submit a Ray job to {self.address}: evalfleet run {EXPERIMENT_FILE} --backend ray"
+                  f" --ray-address auto --no-progress, with this {EXPERIMENT_FILE}:", file=stream)
+            print(loaded.resolved_yaml(), end="", file=stream)
+            return 0
+        job_id = submit_ray_job(loaded.path, list(loaded.overrides), self.address)
+        print(f"submitted Ray job {job_id} to {self.address}", file=stream)
+        return 0
