@@ -7,9 +7,9 @@ from serving_test_policies import ServingTestPolicy
 
 from evalfleet.errors import InfrastructureError
 from evalfleet.serving.common import AuthenticationError, RemotePolicyError
-from evalfleet.serving.gr00t import Gr00tRemoteOptions, Gr00tRemotePolicy, Gr00tServer
+from evalfleet.serving.gr00t import Gr00tRemoteOptions, Gr00tRemotePolicy, Gr00tServer, gr00t_ping
 from evalfleet.serving.msgpack_numpy import gr00t_packb, gr00t_unpackb
-from evalfleet.serving.process import ServerThread, free_port, gr00t_ping
+from evalfleet.serving.process import ServerThread, free_port
 
 OBS = {"observation/state": np.array([1.0, 2.0], dtype=np.float32), "video.ego": np.zeros((1, 8, 8, 3), np.uint8),
        "annotation.task": ["pick the puck"]}
@@ -61,14 +61,14 @@ def test_round_trip_ping_get_action_reset_modality_config():
 
 
 def test_wrong_api_token_is_refused():
-    with ServerThread(Gr00tServer(ServingTestPolicy({}), api_token="tok")) as server:
+    with ServerThread(Gr00tServer(ServingTestPolicy({}), api_key="tok")) as server:
         assert raw_call(server.port, {"endpoint": "ping", "api_token": "nope"}) == {
             "error": "Unauthorized: Invalid API token"}
         assert "Unauthorized" in raw_call(server.port, {"endpoint": "ping"})["error"]
         with pytest.raises(AuthenticationError, match="refused the API token"):
             client(server.port, api_key="nope")
         assert not gr00t_ping("127.0.0.1", server.port)
-        assert gr00t_ping("127.0.0.1", server.port, api_token="tok")
+        assert gr00t_ping("127.0.0.1", server.port, api_key="tok")
         np.testing.assert_allclose(client(server.port, api_key="tok").act(OBS)[:2], [2, 4])
 
 

@@ -18,7 +18,8 @@ from websockets.sync.client import connect
 
 from evalfleet.serving.gr00t import Gr00tRemoteOptions, Gr00tRemotePolicy, Gr00tServer
 from evalfleet.serving.msgpack_numpy import gr00t_unpackb
-from evalfleet.serving.openpi import OpenpiRemoteOptions, OpenpiRemotePolicy, OpenpiServer, api_key_header
+from evalfleet.serving.openpi import OpenpiRemoteOptions, OpenpiRemotePolicy, OpenpiServer
+from evalfleet.serving.websocket import api_key_header
 from evalfleet.serving.process import ServerThread
 
 REPLY_WITHIN_S = 1.0
@@ -135,7 +136,7 @@ GR00T_REFUSALS = {
 
 @pytest.fixture(scope="module")
 def gr00t():
-    with ServerThread(Gr00tServer(ServingTestPolicy({}), api_token=TOKEN, max_message_bytes=LIMIT)) as server:
+    with ServerThread(Gr00tServer(ServingTestPolicy({}), api_key=TOKEN, max_message_bytes=LIMIT)) as server:
         good = GoodClient(lambda: Gr00tRemotePolicy(Gr00tRemoteOptions(
             port=server.port, api_key=TOKEN, connect_timeout_s=5, request_timeout_s=5)))
         good.start()

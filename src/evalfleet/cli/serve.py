@@ -27,6 +27,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("options", nargs="*", metavar="KEY=VALUE", help="policy options")
     p.add_argument("--options-json", default=None, metavar="JSON",
                    help="policy options as one JSON map (KEY=VALUE pairs are applied on top)")
+    # serving.protocols.PROTOCOLS' names, spelled out so that building the parser imports no protocol
     p.add_argument("--protocol", choices=("openpi", "gr00t", "vla-eval"), required=True)
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1, loopback only; any other needs a key or"
@@ -87,7 +88,7 @@ def serve_command(args: argparse.Namespace) -> int:
 
     import evalfleet.serving  # noqa: F401 - registers the remote-client policies
     from evalfleet.plugins import load_registries
-    from evalfleet.policies.base import SPEC_KEY, PolicyContext, policy_spec
+    from evalfleet.policies.base import PolicyContext, policy_spec
     from evalfleet.serving.common import build_policy
     from evalfleet.serving.process import server_for
 
@@ -123,18 +124,13 @@ def serve_command(args: argparse.Namespace) -> int:
         action_dim=args.action_dim, seed=args.seed,
     )
     policy = build_policy(args.policy, options, context)
-    server_extra: dict[str, Any] = {}
-    spec = policy_spec(policy, args.policy, options, context)
-    if spec is not None and args.protocol == "openpi":  # clients check it against their Run's environment
-        server_extra["metadata"] = {**(getattr(policy, "metadata", None) or {}), SPEC_KEY: spec.to_mapping()}
-    elif args.protocol == "vla-eval":  # the HELLO reply carries it, in vla-eval's terms too
-        server_extra["spec"] = spec
+    spec = policy_spec(policy, args.policy, options, context)  # each protocol announces it its own way
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     server = server_for(
         args.protocol, policy, host=args.host, port=args.port, api_key=api_key,
         max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
-        max_message_bytes=int(args.max_message_mb * 2**20), **server_extra,
+        max_message_bytes=int(args.max_message_mb * 2**20), spec=spec,
     )
 
     async def main() -> None:

@@ -2,7 +2,8 @@
 
 A `ServerBinding` says, for one client policy type:
 
-* `protocol` (``openpi`` | ``gr00t`` | ``vla-eval``) and `default_port`;
+* `protocol` (a name in `serving.protocols.PROTOCOLS`: ``openpi`` | ``gr00t`` | ``vla-eval``) and
+  `default_port` (the protocol's unless given);
 * `command(options, host, port, context)` → a `ServerCommand` (argv, env, cwd, container image) that
   starts the server; placeholders are already filled in, so a backend runs it as-is (local subprocess via
   `ServerProcess`) or renders it into a cluster task (OSMO/Ray dry-runs);
@@ -49,6 +50,7 @@ from evalfleet import shell as sh
 from evalfleet.errors import UserError
 from evalfleet.registry import Registry
 from evalfleet.serving.common import is_loopback
+from evalfleet.serving.protocols import wire_protocol
 
 
 @dataclass(frozen=True)
@@ -93,17 +95,21 @@ def _always(options: dict[str, Any]) -> bool:
 @dataclass(frozen=True)
 class ServerBinding:
     policy_type: str
-    protocol: str
-    default_port: int
-    host_field: str
-    port_field: str
+    protocol: str  # a name in serving.protocols.PROTOCOLS
     command_builder: Callable[[dict[str, Any], str, int, Any], ServerCommand]
     server_options: Callable[[dict[str, Any]], dict[str, Any]]
     resources: Callable[[dict[str, Any]], ServerResources]
+    host_field: str = "host"
+    port_field: str = "port"
     api_key_field: str | None = None
     needs_server: Callable[[dict[str, Any]], bool] = _always
     summary: str = ""
     context_keys: tuple[str, ...] = ()  # PolicyContext fields the server depends on
+    default_port: int = 0  # 0: the protocol's default port
+
+    def __post_init__(self) -> None:
+        if not self.default_port:
+            object.__setattr__(self, "default_port", wire_protocol(self.protocol).default_port)
 
     def command(self, options: dict[str, Any], host: str = "127.0.0.1", port: int | None = None,
                 context: Any = None) -> ServerCommand:
@@ -258,13 +264,10 @@ def _evalfleet_resources(options: dict[str, Any]) -> ServerResources:
                            memory_gb=float(res.get("memory_gb", 2)))
 
 
-for _type, _protocol, _port in (("openpi_remote", "openpi", 8000), ("gr00t_remote", "gr00t", 5555)):
+for _protocol in ("openpi", "gr00t"):  # their clients, openpi_remote and gr00t_remote, with `serve:`
     register_binding(ServerBinding(
-        policy_type=_type,
+        policy_type=wire_protocol(_protocol).client,
         protocol=_protocol,
-        default_port=_port,
-        host_field="host",
-        port_field="port",
         api_key_field="api_key",
         command_builder=_evalfleet_serve(_protocol),
         server_options=_evalfleet_server_options,
@@ -300,11 +303,8 @@ def _vlaeval_server_options(options: dict[str, Any]) -> dict[str, Any]:
 
 
 register_binding(ServerBinding(
-    policy_type="vlaeval_remote",
+    policy_type=wire_protocol("vla-eval").client,
     protocol="vla-eval",
-    default_port=8000,
-    host_field="host",
-    port_field="port",
     api_key_field="api_key",
     command_builder=_vlaeval_command,
     server_options=_vlaeval_server_options,
@@ -345,9 +345,6 @@ def _lerobot_serve(options: dict[str, Any]) -> dict[str, Any]:
 register_binding(ServerBinding(
     policy_type="lerobot",
     protocol="openpi",
-    default_port=8000,
-    host_field="host",
-    port_field="port",
     api_key_field="api_key",
     command_builder=lambda options, host, port, context: _evalfleet_serve("openpi")(
         _lerobot_serve(options), host, port, context),
@@ -434,27 +431,24 @@ def _gr00t_command(options: dict[str, Any], host: str, port: int, context: Any) 
     )
 
 
-register_binding(ServerBinding(
-    policy_type="isaaclab_arena_openpi.policy.pi0_remote_policy.Pi0RemotePolicy",
-    protocol="openpi", default_port=8000, host_field="remote_host", port_field="remote_port",
-    command_builder=_pi0_command, server_options=_pi0_server_options, resources=lambda o: GPU_SERVER,
-    summary="Arena pi0/pi0.5: openpi scripts/serve_policy.py policy:checkpoint",
-), "pi0_remote")
+def _arena_binding(policy_type: str, short_name: str, protocol: str, summary: str,
+                   command: Callable[[dict[str, Any], str, int, Any], ServerCommand],
+                   server_options: Callable[[dict[str, Any]], dict[str, Any]], **more: Any) -> ServerBinding:
+    """An Arena remote policy's binding: its client options `remote_host`/`remote_port`, a GPU server."""
+    return register_binding(ServerBinding(
+        policy_type=policy_type, protocol=protocol, host_field="remote_host", port_field="remote_port",
+        command_builder=command, server_options=server_options, resources=lambda o: GPU_SERVER, summary=summary,
+        **more), short_name)
 
-register_binding(ServerBinding(
-    policy_type="isaaclab_arena_cosmos.policy.cosmos_remote_policy.CosmosRemotePolicy",
-    protocol="openpi", default_port=8000, host_field="remote_host", port_field="remote_port",
-    command_builder=_cosmos_command, server_options=_cosmos_server_options, resources=lambda o: GPU_SERVER,
-    summary="Arena Cosmos: cosmos_framework action_policy_server_robolab (openpi protocol)",
-), "cosmos_remote")
 
-register_binding(ServerBinding(
-    policy_type="isaaclab_arena_gr00t.policy.gr00t_remote_closedloop_policy.Gr00tRemoteClosedloopPolicy",
-    protocol="gr00t", default_port=5555, host_field="remote_host", port_field="remote_port",
-    api_key_field="remote_api_token",
-    command_builder=_gr00t_command, server_options=_gr00t_server_options, resources=lambda o: GPU_SERVER,
-    summary="Arena GR00T: gr00t/eval/run_gr00t_server.py (ZMQ)",
-), "gr00t_remote_closedloop")
+_arena_binding("isaaclab_arena_openpi.policy.pi0_remote_policy.Pi0RemotePolicy", "pi0_remote", "openpi",
+               "Arena pi0/pi0.5: openpi scripts/serve_policy.py policy:checkpoint", _pi0_command, _pi0_server_options)
+_arena_binding("isaaclab_arena_cosmos.policy.cosmos_remote_policy.CosmosRemotePolicy", "cosmos_remote", "openpi",
+               "Arena Cosmos: cosmos_framework action_policy_server_robolab (openpi protocol)", _cosmos_command,
+               _cosmos_server_options)
+_arena_binding("isaaclab_arena_gr00t.policy.gr00t_remote_closedloop_policy.Gr00tRemoteClosedloopPolicy",
+               "gr00t_remote_closedloop", "gr00t", "Arena GR00T: gr00t/eval/run_gr00t_server.py (ZMQ)", _gr00t_command,
+               _gr00t_server_options, api_key_field="remote_api_token")  # Arena's option name for the key
 
 
 def server_process(binding: ServerBinding, options: dict[str, Any], context: Any, log_path: Any, *,

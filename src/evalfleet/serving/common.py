@@ -1,9 +1,8 @@
-"""Pieces shared by both protocols: client errors, retry timing, building the policy a server serves."""
+"""Pieces every protocol shares: client errors, the loopback rule, building the policy a server serves (retry
+timing: `reconnect`)."""
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -19,27 +18,6 @@ class RemotePolicyError(InfrastructureError):
 
 class AuthenticationError(UserError):
     """The server refused our API key/token: a configuration problem, not a flaky server."""
-
-
-@dataclass
-class Backoff:
-    """Exponential backoff between reconnect attempts, never sleeping past `deadline`."""
-
-    initial_s: float = 0.05
-    factor: float = 2.0
-    max_s: float = 2.0
-
-    def __post_init__(self) -> None:
-        self._next = self.initial_s
-
-    def sleep(self, deadline: float) -> bool:
-        """Sleep before the next attempt. False when the deadline leaves no time for one."""
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        time.sleep(min(self._next, remaining))
-        self._next = min(self._next * self.factor, self.max_s)
-        return time.monotonic() < deadline
 
 
 def is_loopback(host: str) -> bool:

@@ -37,23 +37,20 @@ import numpy as np
 from pydantic import Field
 
 from evalfleet.errors import InfrastructureError
-from evalfleet.policies.base import POLICIES, BasePolicy
-from evalfleet.serving.batching import PolicyWorker
+from evalfleet.policies.base import POLICIES, BasePolicy, PolicySpec
 from evalfleet.serving.client_options import RemoteClientOptions, with_api_key
-from evalfleet.serving.common import (
-    DEFAULT_MAX_MESSAGE_MB,
-    AuthenticationError,
-    Backoff,
-    RemotePolicyError,
-    validate_options,
-)
+from evalfleet.serving.common import AuthenticationError, RemotePolicyError, validate_options
 from evalfleet.serving.msgpack_numpy import WireFormatError, gr00t_packb, gr00t_unpackb, peek_map
+from evalfleet.serving.protocols import WireProtocol, register_protocol
+from evalfleet.serving.reconnect import ReconnectPolicy
+from evalfleet.serving.server_base import PolicyServer
 
 log = logging.getLogger(__name__)
 
 UNAUTHORIZED = "Unauthorized: Invalid API token"
 ACTION_KEY = "action"
 ENDPOINTS = ("ping", "get_action", "reset", "get_modality_config")
+DEFAULT_PORT = 5555
 _RECENT_CLIENT_S = 2.0
 _TRANSPORT_LIMIT_FACTOR = 2
 
@@ -61,32 +58,21 @@ _TRANSPORT_LIMIT_FACTOR = 2
 # ===================================================================== server
 
 
-class Gr00tServer:
-    def __init__(
-        self,
-        policy: Any,
-        *,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        api_token: str | None = None,
-        max_batch: int = 1,
-        max_wait_ms: float = 0.0,
-        max_message_bytes: int = DEFAULT_MAX_MESSAGE_MB * 2**20,
-        metadata: dict[str, Any] | None = None,
-    ):
-        self.policy = policy
-        self.host = host
-        self.port = port
-        self.api_token = api_token
-        self.max_message_bytes = max_message_bytes
+class Gr00tServer(PolicyServer):
+    """Serve a policy over GR00T's ZMQ protocol. `await serve(stop)` runs until `stop` is set. The key travels
+    in each request's `api_token` field (GR00T's name for it); `get_modality_config` answers
+    `metadata["modality_config"]` (default: the policy's metadata). GR00T's protocol has no place for a
+    declared `spec`: it is accepted, like every server's, and not sent."""
+
+    def __init__(self, policy: Any, *, metadata: dict[str, Any] | None = None, spec: PolicySpec | None = None,
+                 **kwargs: Any):
+        super().__init__(policy, **kwargs)
         self.metadata = dict(metadata if metadata is not None else getattr(policy, "metadata", None) or {})
-        self.worker = PolicyWorker(policy, max_batch=max_batch, max_wait_ms=max_wait_ms)
-        self.worker.active_clients = self._recent_clients
         self._env_ids: dict[bytes, int] = {}
         self._last_seen: dict[bytes, float] = {}
-        self.bound_port: int | None = None
 
-    def _recent_clients(self) -> int:
+    def active_clients(self) -> int:
+        """Authenticated peers seen in the last few seconds (a REQ client has no connection to count)."""
         now = time.monotonic()
         return max(1, sum(1 for t in self._last_seen.values() if now - t < _RECENT_CLIENT_S))
 
@@ -105,9 +91,9 @@ class Gr00tServer:
             envelope = peek_map(payload, ("api_token", "endpoint"))
         except WireFormatError as exc:
             return "", {"error": f"bad request: {exc}"}
-        if self.api_token is not None:
+        if self.api_key is not None:
             token = envelope.get("api_token")
-            if not isinstance(token, str) or not hmac.compare_digest(token.encode(), self.api_token.encode()):
+            if not isinstance(token, str) or not hmac.compare_digest(token.encode(), self.api_key.encode()):
                 log.warning("refused a request: missing or wrong API token")
                 return "", {"error": UNAUTHORIZED}
         endpoint = envelope.get("endpoint", "get_action")
@@ -225,7 +211,7 @@ class Gr00tServer:
 
 
 class Gr00tRemoteOptions(RemoteClientOptions):
-    port: int = Field(5555, ge=0, le=65535)
+    port: int = Field(DEFAULT_PORT, ge=0, le=65535)
     # Which action-dict entries make the action, concatenated on the last axis (default: all, in order).
     action_keys: list[str] | None = None
     # "current": data = {"observation", "options"}, reply [action, info] (N1.6+); "legacy": N1.5 form.
@@ -242,6 +228,8 @@ class Gr00tRemotePolicy(BasePolicy):
         self.options = options
         self.address = f"tcp://{options.host}:{options.port}"
         self._zmq = zmq
+        self.reconnect = ReconnectPolicy.of(options, unreachable=(TimeoutError, zmq.ZMQError),
+                                            lost=(TimeoutError, zmq.ZMQError))
         # The process-wide context: it is never terminated by garbage collection, which would block
         # while any socket is still open (a client dropped without close() must not hang anything).
         self._context = zmq.Context.instance()
@@ -293,51 +281,29 @@ class Gr00tRemotePolicy(BasePolicy):
             raise RemotePolicyError(f"GR00T server at {self.address} reported an error: {message}")
         return response
 
-    def _call(self, env_id: int, payload: bytes, failure: Exception | None = None) -> Any:
-        opts = self.options
-        deadline = None if failure is None else time.monotonic() + opts.connect_timeout_s
-        backoff = Backoff(initial_s=opts.backoff_s, max_s=opts.backoff_max_s)
-        attempts = 0 if failure is None else 1
-        while True:
-            timeout = opts.request_timeout_s
-            if failure is not None:
-                if attempts > opts.max_retries or deadline is None or not backoff.sleep(deadline):
-                    raise InfrastructureError(
-                        f"GR00T server at {self.address} lost: {type(failure).__name__}: {failure}"
-                        f" (gave up after {attempts} attempt(s))"
-                    ) from failure
+    def _call(self, env_id: int, payload: bytes, failure: BaseException | None = None) -> Any:
+        def attempt(deadline: float | None) -> Any:
+            timeout = self.options.request_timeout_s
+            if deadline is not None:  # the server was lost: wait for it only until then
                 timeout = min(timeout, max(deadline - time.monotonic(), 0.01))
-            try:
-                self._socket(env_id).send(payload)
-                return self._receive(env_id, timeout)
-            except (TimeoutError, self._zmq.ZMQError) as exc:
-                self._drop(env_id)
-                failure = exc
-                attempts += 1
-                if deadline is None:
-                    deadline = time.monotonic() + opts.connect_timeout_s
+            self._socket(env_id).send(payload)
+            return self._receive(env_id, timeout)
+
+        return self.reconnect.request(
+            attempt, failure=failure, on_failure=lambda: self._drop(env_id),
+            gave_up=lambda lost, attempts: InfrastructureError(
+                f"GR00T server at {self.address} lost: {type(lost).__name__}: {lost} (gave up after {attempts}"
+                " attempt(s))"))
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.options.connect_timeout_s
-        backoff = Backoff(initial_s=self.options.backoff_s, max_s=self.options.backoff_max_s)
         payload = self._request("ping", requires_input=False)
-        last: Exception | None = None
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            try:
-                self._socket(0).send(payload)
-                self._receive(0, min(1.0, remaining))
-                return
-            except (TimeoutError, self._zmq.ZMQError) as exc:
-                self._drop(0)
-                last = exc
-            if not backoff.sleep(deadline):
-                break
-        raise InfrastructureError(
-            f"GR00T server at {self.address} not ready within {self.options.connect_timeout_s:g} s ({last})"
-        )
+
+        def attempt(remaining: float) -> None:
+            self._socket(0).send(payload)
+            self._receive(0, min(1.0, remaining))
+
+        self.reconnect.connect(attempt, on_failure=lambda: self._drop(0), gave_up=lambda last: InfrastructureError(
+            f"GR00T server at {self.address} not ready within {self.options.connect_timeout_s:g} s ({last})"))
 
     # ---- endpoints
 
@@ -376,32 +342,12 @@ class Gr00tRemotePolicy(BasePolicy):
     def act_batch(self, observations: list[dict[str, Any]], env_ids: list[int]) -> list[np.ndarray]:
         if len(observations) <= 1:
             return [self.act(obs, env_id) for obs, env_id in zip(observations, env_ids)]
-        payloads = [self._action_payload(obs) for obs in observations]
-        failures: dict[int, Exception | None] = {}
-        for env_id, payload in zip(env_ids, payloads):  # all in flight together: the server can batch them
-            try:
-                self._socket(env_id).send(payload)
-                failures[env_id] = None
-            except self._zmq.ZMQError as exc:
-                self._drop(env_id)
-                failures[env_id] = exc
-        results: list[np.ndarray] = []
-        try:
-            for env_id, payload in zip(env_ids, payloads):
-                failure = failures[env_id]
-                if failure is None:
-                    try:
-                        results.append(self._action(self._receive(env_id, self.options.request_timeout_s)))
-                        continue
-                    except (TimeoutError, self._zmq.ZMQError) as exc:
-                        self._drop(env_id)
-                        failure = exc
-                results.append(self._action(self._call(env_id, payload, failure)))
-        except BaseException:
-            for env_id in env_ids[len(results):]:  # replies still owed on these sockets: start them afresh
-                self._drop(env_id)
-            raise
-        return results
+        return self.reconnect.together(
+            env_ids, [self._action_payload(obs) for obs in observations],
+            send=lambda env_id, payload: self._socket(env_id).send(payload),
+            receive=lambda env_id: self._action(self._receive(env_id, self.options.request_timeout_s)),
+            retry=lambda env_id, payload, failure: self._action(self._call(env_id, payload, failure)),
+            drop=self._drop)
 
     def reset(self, episode_seed: int, env_id: int = 0) -> None:
         self._call(env_id, self._request("reset", {"options": {"episode_seed": int(episode_seed)}}))
@@ -424,3 +370,32 @@ class Gr00tRemotePolicy(BasePolicy):
 )
 def make_gr00t_remote(options: Any, context: Any = None) -> Gr00tRemotePolicy:
     return Gr00tRemotePolicy(validate_options(Gr00tRemoteOptions, options))
+
+
+def gr00t_ping(host: str, port: int, *, api_key: str | None = None, timeout_s: float = 1.0) -> bool:
+    """One `ping` on a fresh REQ socket: True when the server answers `status: ok` within `timeout_s`."""
+    import zmq
+
+    context = zmq.Context.instance()
+    sock = context.socket(zmq.REQ)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(f"tcp://{host}:{port}")
+        request: dict[str, Any] = {"endpoint": "ping"}
+        if api_key:
+            request["api_token"] = api_key
+        sock.send(gr00t_packb(request))
+        if not sock.poll(max(int(timeout_s * 1000), 1), zmq.POLLIN):
+            return False
+        reply = gr00t_unpackb(sock.recv())
+        return isinstance(reply, dict) and reply.get("status") == "ok"
+    except (zmq.ZMQError, WireFormatError):
+        return False
+    finally:
+        sock.close(linger=0)
+
+
+register_protocol(WireProtocol(
+    name="gr00t", server=Gr00tServer, client="gr00t_remote", healthy=gr00t_ping, default_port=DEFAULT_PORT,
+    summary="Isaac-GR00T's ZMQ request/reply protocol (msgpack, arrays as .npy bytes, `ping`)",
+))

@@ -24,85 +24,56 @@ Safe by default: binds 127.0.0.1, bounded message size (64 MiB), API key checked
 
 from __future__ import annotations
 
-import asyncio
-import hmac
 import http
-import http.client
-import itertools
 import logging
 import time
 import traceback
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from evalfleet.errors import InfrastructureError
 from evalfleet.policies.base import POLICIES, SPEC_KEY, BasePolicy, PolicySpec, SpecMismatchError
-from evalfleet.serving import msgpack_numpy
-from evalfleet.serving.batching import PolicyWorker
+from evalfleet.serving import msgpack_numpy, websocket
 from evalfleet.serving.client_options import RemoteClientOptions, with_api_key
-from evalfleet.serving.common import (
-    DEFAULT_MAX_MESSAGE_MB,
-    AuthenticationError,
-    Backoff,
-    RemotePolicyError,
-    validate_options,
-)
+from evalfleet.serving.common import AuthenticationError, RemotePolicyError, validate_options
+from evalfleet.serving.protocols import WireProtocol, register_protocol
+from evalfleet.serving.reconnect import ReconnectPolicy
+from evalfleet.serving.websocket import WebsocketServer
 
 log = logging.getLogger(__name__)
 
 RESET_KEY = "__evalfleet_reset__"
 HEALTH_PATH = "/healthz"
+DEFAULT_PORT = 8000
 CLOSE_BAD_DATA = 1007  # RFC 6455: a message whose data is not what its type promises
-
-
-def api_key_header(api_key: str) -> dict[str, str]:
-    return {"Authorization": f"Api-Key {api_key}"}
 
 
 # ===================================================================== server
 
 
-class OpenpiServer:
-    """Serve a policy over the openpi protocol. `await serve(stop)` runs until `stop` is set."""
+class OpenpiServer(WebsocketServer):
+    """Serve a policy over the openpi protocol. `await serve(stop)` runs until `stop` is set. `metadata`
+    (default: the policy's own) is the first frame of every connection; a `spec` is added to it under
+    `spec`, so clients check it against their Run's environment."""
 
-    def __init__(
-        self,
-        policy: Any,
-        *,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        api_key: str | None = None,
-        max_batch: int = 1,
-        max_wait_ms: float = 0.0,
-        max_message_bytes: int = DEFAULT_MAX_MESSAGE_MB * 2**20,
-        metadata: dict[str, Any] | None = None,
-    ):
-        self.policy = policy
-        self.host = host
-        self.port = port
-        self.api_key = api_key
-        self.max_message_bytes = max_message_bytes
-        self.worker = PolicyWorker(policy, max_batch=max_batch, max_wait_ms=max_wait_ms)
-        self.worker.active_clients = lambda: self._connections
+    health_path = HEALTH_PATH
+    serve_options = {"write_limit": 2**20}
+
+    def __init__(self, policy: Any, *, metadata: dict[str, Any] | None = None, spec: PolicySpec | None = None,
+                 **kwargs: Any):
+        super().__init__(policy, **kwargs)
         base = dict(metadata if metadata is not None else getattr(policy, "metadata", None) or {})
-        base["evalfleet"] = {"protocol": "openpi", "reset": True, "max_batch": max_batch}
+        if spec is not None:
+            base[SPEC_KEY] = spec.to_mapping()
+        base["evalfleet"] = {"protocol": "openpi", "reset": True, "max_batch": self.max_batch}
         self.metadata = base
-        self._env_ids = itertools.count()
-        self._connections = 0
-        self.bound_port: int | None = None
 
-    def _process_request(self, connection: Any, request: Any) -> Any:
-        path = request.path.split("?", 1)[0]
-        if path == HEALTH_PATH:
-            return connection.respond(http.HTTPStatus.OK, "OK\n")
-        if self.api_key:
-            sent = request.headers.get_all("Authorization")  # more than one is a refusal, not a crash
-            expected = f"Api-Key {self.api_key}".encode()
-            if len(sent) != 1 or not hmac.compare_digest(sent[0].encode("utf-8", "replace"), expected):
-                log.warning("refused a connection from %s: missing or wrong API key", connection.remote_address)
-                return connection.respond(http.HTTPStatus.UNAUTHORIZED, "missing or wrong API key\n")
-        return None
+    def health_response(self, connection: Any) -> Any:
+        return connection.respond(http.HTTPStatus.OK, "OK\n")
+
+    def refused(self, connection: Any) -> None:
+        log.warning("refused a connection from %s: missing or wrong API key", connection.remote_address)
 
     @staticmethod
     def _request(message: Any) -> dict[str, Any]:
@@ -119,80 +90,43 @@ class OpenpiServer:
                 raise msgpack_numpy.WireFormatError(f"{RESET_KEY} takes {{'episode_seed': int}}")
         return request
 
-    async def _handle(self, ws: Any) -> None:
-        import websockets
-
-        env_id = next(self._env_ids)
-        self._connections += 1
+    async def converse(self, ws: Any, env_id: int) -> None:
         prev_total_ms: float | None = None
-        try:
-            await ws.send(msgpack_numpy.packb(self.metadata))
-            async for message in ws:
-                start = time.monotonic()
-                try:
-                    request = self._request(message)
-                except msgpack_numpy.WireFormatError as exc:
-                    # the peer's fault: say what was wrong (no traceback), then close as openpi does on errors
-                    log.warning("bad request on connection %d: %s", env_id, exc)
-                    await ws.send(f"bad request: {exc}")
-                    await ws.close(code=CLOSE_BAD_DATA, reason="bad request")
-                    return
-                try:
-                    control = request.get(RESET_KEY)
-                    if control is not None:
-                        await self.worker.call(self.policy.reset, control.get("episode_seed", 0), env_id)
-                        await ws.send(msgpack_numpy.packb({"ok": True}))
-                        continue
-                    infer_start = time.monotonic()
-                    action = await self.worker.act(request, env_id)
-                    timing: dict[str, float] = {"infer_ms": (time.monotonic() - infer_start) * 1000.0}
-                    if prev_total_ms is not None:
-                        timing["prev_total_ms"] = prev_total_ms
-                    reply = msgpack_numpy.packb({"actions": action, "server_timing": timing})
-                except Exception:
-                    log.exception("policy error on connection %d", env_id)
-                    await ws.send(traceback.format_exc())
-                    await ws.close(code=1011, reason="Internal server error")
-                    return
-                await ws.send(reply)
-                prev_total_ms = (time.monotonic() - start) * 1000.0
-        except websockets.ConnectionClosed:
-            pass
-        finally:
-            self._connections -= 1
-
-    async def serve(self, stop: asyncio.Event, ready: Callable[[str, int], None] | None = None) -> None:
-        from websockets.asyncio.server import serve
-
-        async with serve(
-            self._handle,
-            self.host,
-            self.port,
-            process_request=self._process_request,
-            compression=None,
-            max_size=self.max_message_bytes,
-            write_limit=2**20,
-        ) as server:
-            self.bound_port = server.sockets[0].getsockname()[1]
-            if ready is not None:
-                ready(self.host, self.bound_port)
-            await stop.wait()
-            server.close()
-            await server.wait_closed()
-        await self.worker.aclose()
+        await ws.send(msgpack_numpy.packb(self.metadata))
+        async for message in ws:
+            start = time.monotonic()
+            try:
+                request = self._request(message)
+            except msgpack_numpy.WireFormatError as exc:
+                # the peer's fault: say what was wrong (no traceback), then close as openpi does on errors
+                log.warning("bad request on connection %d: %s", env_id, exc)
+                await ws.send(f"bad request: {exc}")
+                await ws.close(code=CLOSE_BAD_DATA, reason="bad request")
+                return
+            try:
+                control = request.get(RESET_KEY)
+                if control is not None:
+                    await self.worker.call(self.policy.reset, control.get("episode_seed", 0), env_id)
+                    await ws.send(msgpack_numpy.packb({"ok": True}))
+                    continue
+                infer_start = time.monotonic()
+                action = await self.worker.act(request, env_id)
+                timing: dict[str, float] = {"infer_ms": (time.monotonic() - infer_start) * 1000.0}
+                if prev_total_ms is not None:
+                    timing["prev_total_ms"] = prev_total_ms
+                reply = msgpack_numpy.packb({"actions": action, "server_timing": timing})
+            except Exception:
+                log.exception("policy error on connection %d", env_id)
+                await ws.send(traceback.format_exc())
+                await ws.close(code=1011, reason="Internal server error")
+                return
+            await ws.send(reply)
+            prev_total_ms = (time.monotonic() - start) * 1000.0
 
 
-def openpi_healthy(host: str, port: int, timeout_s: float = 1.0) -> bool:
-    """True when `GET /healthz` answers 200."""
-    try:
-        conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
-        try:
-            conn.request("GET", HEALTH_PATH)
-            return conn.getresponse().status == 200
-        finally:
-            conn.close()
-    except (OSError, http.client.HTTPException):
-        return False
+def openpi_healthy(host: str, port: int, timeout_s: float = 1.0, *, api_key: str | None = None) -> bool:
+    """True when `GET /healthz` answers 200 (no key needed: it only says the process is up)."""
+    return websocket.http_healthy(host, port, HEALTH_PATH, timeout_s)
 
 
 # ===================================================================== client
@@ -202,29 +136,19 @@ class OpenpiRemoteOptions(RemoteClientOptions):
     action_key: str = "actions"
 
 
-def _connect_compat(connect: Any) -> dict[str, Any]:
-    """Keyword arguments that keep `websockets.sync.client.connect` returning a plain connection and
-    never going through a proxy, across websockets versions (proxy: 15+, legacy: 17+)."""
-    import inspect
-
-    params = inspect.signature(connect).parameters
-    extra: dict[str, Any] = {}
-    if "proxy" in params:
-        extra["proxy"] = None
-    if "legacy" in params:
-        extra["legacy"] = True
-    return extra
-
-
 class OpenpiRemotePolicy(BasePolicy):
     """A policy behind an openpi-protocol server. One websocket per env_id, so a runner's lockstepped
     envs are in flight together and the server can batch them."""
 
     def __init__(self, options: OpenpiRemoteOptions):
+        from websockets.exceptions import ConnectionClosed, WebSocketException
+
         options = with_api_key(options)
         self.options = options
-        scheme = "" if options.host.startswith(("ws://", "wss://")) else "ws://"
-        self.uri = f"{scheme}{options.host}:{options.port}"
+        self.uri = websocket.websocket_uri(options.host, options.port)
+        self.reconnect = ReconnectPolicy.of(
+            options, unreachable=(OSError, TimeoutError, WebSocketException, msgpack_numpy.WireFormatError),
+            lost=(TimeoutError, ConnectionClosed, OSError))
         self._connections: dict[int, Any] = {}
         self.server_metadata: dict[str, Any] = {}
         self._connection(0, time.monotonic() + options.connect_timeout_s)  # readiness wait
@@ -232,52 +156,28 @@ class OpenpiRemotePolicy(BasePolicy):
 
     # ---- connections
 
-    def _new_backoff(self) -> Backoff:
-        return Backoff(initial_s=self.options.backoff_s, max_s=self.options.backoff_max_s)
+    def _refused(self, status: int) -> Exception:
+        return AuthenticationError(f"openpi server at {self.uri} refused the API key (HTTP {status}); set the"
+                                   " server's key", key="policy.api_key")
 
     def _open(self, deadline: float) -> Any:
-        from websockets.exceptions import InvalidHandshake, InvalidStatus, WebSocketException
-        from websockets.sync.client import connect
-
-        backoff = self._new_backoff()
-        last: Exception | None = None
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            ws = None
+        def attempt(remaining: float) -> Any:
+            ws = websocket.connect(self.uri, open_timeout=max(min(remaining, 10.0), 0.05),
+                                   max_message_mb=self.options.max_message_mb, api_key=self.options.api_key,
+                                   refused=self._refused)
             try:
-                ws = connect(
-                    self.uri,
-                    **_connect_compat(connect),
-                    open_timeout=max(min(remaining, 10.0), 0.05),
-                    compression=None,
-                    max_size=int(self.options.max_message_mb * 2**20),
-                    additional_headers=api_key_header(self.options.api_key) if self.options.api_key else None,
-                )
                 first = ws.recv(timeout=max(deadline - time.monotonic(), 0.05))
                 if isinstance(first, str):
                     raise RemotePolicyError(f"openpi server at {self.uri} sent an error instead of metadata:\n{first}")
                 self.server_metadata = msgpack_numpy.unpackb(first) or {}
-                return ws
-            except InvalidStatus as exc:
-                status = exc.response.status_code
-                if status in (401, 403):
-                    raise AuthenticationError(
-                        f"openpi server at {self.uri} refused the API key (HTTP {status}); set the server's key",
-                        key="policy.api_key",
-                    ) from None
-                last = exc
-            except (OSError, TimeoutError, InvalidHandshake, WebSocketException, msgpack_numpy.WireFormatError) as exc:
-                last = exc
-            if ws is not None:
+            except BaseException:
                 ws.close()
-            if not backoff.sleep(deadline):
-                break
-        raise InfrastructureError(
+                raise
+            return ws
+
+        return self.reconnect.connect(attempt, deadline=deadline, gave_up=lambda last: InfrastructureError(
             f"openpi server at {self.uri} not reachable within {self.options.connect_timeout_s:g} s"
-            f" (last error: {type(last).__name__}: {last})"
-        )
+            f" (last error: {type(last).__name__}: {last})"))
 
     def _connection(self, env_id: int, deadline: float) -> Any:
         ws = self._connections.get(env_id)
@@ -309,30 +209,17 @@ class OpenpiRemotePolicy(BasePolicy):
             raise RemotePolicyError(f"openpi server at {self.uri} sent a {type(message).__name__}, not a map")
         return message
 
-    def _roundtrip(self, env_id: int, payload: bytes, failure: Exception | None = None) -> dict[str, Any]:
-        from websockets.exceptions import ConnectionClosed
+    def _roundtrip(self, env_id: int, payload: bytes, failure: BaseException | None = None) -> dict[str, Any]:
+        def attempt(deadline: float | None) -> dict[str, Any]:
+            ws = self._connection(env_id, deadline or time.monotonic() + self.options.connect_timeout_s)
+            ws.send(payload)
+            return self._decode(env_id, ws.recv(timeout=self.options.request_timeout_s))
 
-        opts = self.options
-        deadline = None if failure is None else time.monotonic() + opts.connect_timeout_s
-        backoff = self._new_backoff()
-        attempts = 0 if failure is None else 1
-        while True:
-            if failure is not None:
-                if attempts > opts.max_retries or deadline is None or not backoff.sleep(deadline):
-                    raise InfrastructureError(
-                        f"openpi server at {self.uri} lost: {type(failure).__name__}: {failure}"
-                        f" (gave up after {attempts} attempt(s))"
-                    ) from failure
-            try:
-                ws = self._connection(env_id, deadline or time.monotonic() + opts.connect_timeout_s)
-                ws.send(payload)
-                return self._decode(env_id, ws.recv(timeout=opts.request_timeout_s))
-            except (TimeoutError, ConnectionClosed, OSError) as exc:
-                self._drop(env_id)
-                failure = exc
-                attempts += 1
-                if deadline is None:
-                    deadline = time.monotonic() + opts.connect_timeout_s
+        return self.reconnect.request(
+            attempt, failure=failure, on_failure=lambda: self._drop(env_id),
+            gave_up=lambda lost, attempts: InfrastructureError(
+                f"openpi server at {self.uri} lost: {type(lost).__name__}: {lost} (gave up after {attempts}"
+                " attempt(s))"))
 
     # ---- policy protocol
 
@@ -355,35 +242,14 @@ class OpenpiRemotePolicy(BasePolicy):
     def act_batch(self, observations: list[dict[str, Any]], env_ids: list[int]) -> list[np.ndarray]:
         if len(observations) <= 1:
             return [self.act(obs, env_id) for obs, env_id in zip(observations, env_ids)]
-        from websockets.exceptions import ConnectionClosed
-
-        payloads = [self._payload(obs) for obs in observations]
-        sent: dict[int, Exception | None] = {}
-        for env_id, payload in zip(env_ids, payloads):  # send all first: the server sees them together
-            try:
-                self._connection(env_id, time.monotonic() + self.options.connect_timeout_s).send(payload)
-                sent[env_id] = None
-            except (ConnectionClosed, OSError) as exc:
-                self._drop(env_id)
-                sent[env_id] = exc
-        results: list[np.ndarray] = []
-        try:
-            for env_id, payload in zip(env_ids, payloads):
-                failure = sent[env_id]
-                if failure is None:
-                    try:
-                        reply = self._connections[env_id].recv(timeout=self.options.request_timeout_s)
-                        results.append(self._action(self._decode(env_id, reply)))
-                        continue
-                    except (TimeoutError, ConnectionClosed, OSError) as exc:
-                        self._drop(env_id)
-                        failure = exc
-                results.append(self._action(self._roundtrip(env_id, payload, failure)))
-        except BaseException:
-            for env_id in env_ids[len(results):]:  # replies still owed on these connections: start afresh
-                self._drop(env_id)
-            raise
-        return results
+        timeout = self.options.connect_timeout_s
+        return self.reconnect.together(
+            env_ids, [self._payload(obs) for obs in observations],
+            send=lambda env_id, payload: self._connection(env_id, time.monotonic() + timeout).send(payload),
+            receive=lambda env_id: self._action(self._decode(
+                env_id, self._connections[env_id].recv(timeout=self.options.request_timeout_s))),
+            retry=lambda env_id, payload, failure: self._action(self._roundtrip(env_id, payload, failure)),
+            drop=self._drop)
 
     def declared_spec(self) -> PolicySpec | None:
         """The served policy's spec, when the server's metadata carries one under `spec`."""
@@ -416,3 +282,9 @@ class OpenpiRemotePolicy(BasePolicy):
 )
 def make_openpi_remote(options: Any, context: Any = None) -> OpenpiRemotePolicy:
     return OpenpiRemotePolicy(validate_options(OpenpiRemoteOptions, options))
+
+
+register_protocol(WireProtocol(
+    name="openpi", server=OpenpiServer, client="openpi_remote", healthy=openpi_healthy, default_port=DEFAULT_PORT,
+    summary="openpi's websocket protocol (msgpack with numpy arrays, metadata frame on connect, GET /healthz)",
+))

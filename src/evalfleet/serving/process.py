@@ -27,8 +27,8 @@ from typing import Any, Callable, Sequence
 
 from evalfleet.errors import InfrastructureError
 from evalfleet.interpreter import python_command
+from evalfleet.serving.protocols import wire_protocol
 
-PROTOCOLS = ("openpi", "gr00t", "vla-eval")
 LOG_TAIL_LINES = 20
 LOG_TAIL_CHARS = 2000
 
@@ -61,50 +61,16 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def check_health(protocol: str, host: str, port: int, *, api_key: str | None = None, timeout_s: float = 1.0) -> bool:
-    """One health probe: openpi `GET /healthz`, vla-eval `GET /health`, GR00T `ping`."""
+    """One health probe, the protocol's own (openpi `GET /healthz`, vla-eval `GET /health`, GR00T `ping`)."""
     connect_host = "127.0.0.1" if host in ("0.0.0.0", "*", "") else host
-    if protocol == "openpi":
-        from evalfleet.serving.openpi import openpi_healthy
-
-        return openpi_healthy(connect_host, port, timeout_s)
-    if protocol == "vla-eval":
-        from evalfleet.serving.vlaeval import vlaeval_healthy
-
-        return vlaeval_healthy(connect_host, port, timeout_s)
-    if protocol == "gr00t":
-        return gr00t_ping(connect_host, port, api_token=api_key, timeout_s=timeout_s)
-    raise ValueError(f"unknown protocol {protocol!r} (known: {', '.join(PROTOCOLS)})")
-
-
-def gr00t_ping(host: str, port: int, *, api_token: str | None = None, timeout_s: float = 1.0) -> bool:
-    import zmq
-
-    from evalfleet.serving.msgpack_numpy import WireFormatError, gr00t_packb, gr00t_unpackb
-
-    context = zmq.Context.instance()
-    sock = context.socket(zmq.REQ)
-    sock.setsockopt(zmq.LINGER, 0)
-    try:
-        sock.connect(f"tcp://{host}:{port}")
-        request: dict[str, Any] = {"endpoint": "ping"}
-        if api_token:
-            request["api_token"] = api_token
-        sock.send(gr00t_packb(request))
-        if not sock.poll(max(int(timeout_s * 1000), 1), zmq.POLLIN):
-            return False
-        reply = gr00t_unpackb(sock.recv())
-        return isinstance(reply, dict) and reply.get("status") == "ok"
-    except (zmq.ZMQError, WireFormatError):
-        return False
-    finally:
-        sock.close(linger=0)
+    return wire_protocol(protocol).healthy(connect_host, port, api_key=api_key, timeout_s=timeout_s)
 
 
 # ===================================================================== in a thread
 
 
 class ServerThread:
-    """Run an `OpenpiServer`/`Gr00tServer` (anything with `async serve(stop, ready)`) on its own event
+    """Run a policy server (`OpenpiServer`, `Gr00tServer`, anything with `async serve(stop, ready)`) on its own event
     loop in a daemon thread. `with ServerThread(server) as t: ... t.port`"""
 
     def __init__(self, server: Any):
@@ -185,8 +151,7 @@ class ServerProcess:
         api_key: str | None = None,
         name: str = "policy server",
     ):
-        if protocol not in PROTOCOLS:
-            raise ValueError(f"unknown protocol {protocol!r} (known: {', '.join(PROTOCOLS)})")
+        wire_protocol(protocol)  # a ValueError for an unknown one
         self.argv_template = list(argv)
         self.protocol = protocol
         self.log_path = Path(log_path)
@@ -323,22 +288,9 @@ class ServerProcess:
 
 
 def server_for(protocol: str, policy: Any, **kwargs: Any) -> Any:
-    """An `OpenpiServer`, `VlaEvalServer` or `Gr00tServer` for `policy`
-    (kwargs: host, port, api_key, max_batch, ...)."""
-    if protocol == "openpi":
-        from evalfleet.serving.openpi import OpenpiServer
-
-        return OpenpiServer(policy, **kwargs)
-    if protocol == "vla-eval":
-        from evalfleet.serving.vlaeval import VlaEvalServer
-
-        return VlaEvalServer(policy, **kwargs)
-    if protocol == "gr00t":
-        from evalfleet.serving.gr00t import Gr00tServer
-
-        api_key = kwargs.pop("api_key", None)
-        return Gr00tServer(policy, api_token=api_key, **kwargs)
-    raise ValueError(f"unknown protocol {protocol!r} (known: {', '.join(PROTOCOLS)})")
+    """The protocol's server (`OpenpiServer`, `VlaEvalServer`, `Gr00tServer`, ...) for `policy`
+    (kwargs: host, port, api_key, max_batch, max_wait_ms, max_message_bytes, spec, ...)."""
+    return wire_protocol(protocol).server(policy, **kwargs)
 
 
 ReadyCallback = Callable[[str, int], None]

@@ -28,36 +28,30 @@ Each connection is one env on the server side, so concurrent connections are bat
 
 from __future__ import annotations
 
-import asyncio
-import hmac
 import http
-import http.client
-import itertools
 import logging
 import time
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from pydantic import Field
 
 from evalfleet.errors import InfrastructureError
 from evalfleet.policies.base import GRIPPER_CONVENTIONS, POLICIES, SPEC_KEY, BasePolicy, PolicySpec, SpecMismatchError
-from evalfleet.serving.batching import PolicyWorker
+from evalfleet.serving import websocket
 from evalfleet.serving.client_options import RemoteClientOptions
-from evalfleet.serving.common import (
-    DEFAULT_MAX_MESSAGE_MB,
-    AuthenticationError,
-    Backoff,
-    RemotePolicyError,
-    validate_options,
-)
+from evalfleet.serving.common import AuthenticationError, RemotePolicyError, validate_options
+from evalfleet.serving.protocols import WireProtocol, register_protocol
+from evalfleet.serving.reconnect import ReconnectPolicy
 from evalfleet.serving.vlaeval_codec import MESSAGE_TYPES, WireFormatError, pack, unpack  # noqa: F401 - the codec
+from evalfleet.serving.websocket import WebsocketServer
 
 log = logging.getLogger(__name__)
 
 PROTOCOL_VERSION = 1
 HARNESS_VERSION = "evalfleet"
 HEALTH_PATH = "/health"
+DEFAULT_PORT = 8000
 # vla-eval's gripper formats -> evalfleet's gripper conventions
 GRIPPER_FORMATS = {"binary_close_positive": "positive_closes", "binary_close_negative": "positive_opens"}
 
@@ -155,101 +149,59 @@ def hello_specs(spec: PolicySpec | None) -> dict[str, Any]:
 # ===================================================================== server
 
 
-class VlaEvalServer:
-    """Serve a policy to vla-eval's clients. `await serve(stop)` runs until `stop` is set."""
+class VlaEvalServer(WebsocketServer):
+    """Serve a policy to vla-eval's clients. `await serve(stop)` runs until `stop` is set. The HELLO reply
+    carries `spec` (the served policy's), in vla-eval's terms too."""
 
-    def __init__(self, policy: Any, *, host: str = "127.0.0.1", port: int = 0, api_key: str | None = None,
-                 max_batch: int = 1, max_wait_ms: float = 0.0,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_MB * 2**20, spec: PolicySpec | None = None,
-                 image_format: str = "png"):
-        self.policy = policy
-        self.host, self.port, self.api_key = host, port, api_key
-        self.max_message_bytes = max_message_bytes
+    health_path = HEALTH_PATH
+    serve_options = {"ping_interval": None}
+
+    def __init__(self, policy: Any, *, spec: PolicySpec | None = None, image_format: str = "png", **kwargs: Any):
+        super().__init__(policy, **kwargs)
         self.image_format = image_format
-        self.worker = PolicyWorker(policy, max_batch=max_batch, max_wait_ms=max_wait_ms)
-        self.worker.active_clients = lambda: self._connections
         self.hello = {"harness_version": HARNESS_VERSION, "protocol_version": PROTOCOL_VERSION,
-                      "model_server": type(policy).__name__, "capabilities": {"evalfleet": {"max_batch": max_batch}},
-                      **hello_specs(spec)}
-        self._env_ids = itertools.count()
-        self._connections = 0
-        self.bound_port: int | None = None
+                      "model_server": type(policy).__name__,
+                      "capabilities": {"evalfleet": {"max_batch": self.max_batch}}, **hello_specs(spec)}
 
-    def _process_request(self, connection: Any, request: Any) -> Any:
-        if request.path.split("?", 1)[0] == HEALTH_PATH:
-            response = connection.respond(http.HTTPStatus.OK, '{"status": "ok"}\n')
-            del response.headers["Content-Type"]
-            response.headers["Content-Type"] = "application/json"
-            return response
-        if self.api_key:
-            sent = request.headers.get_all("Authorization")
-            expected = f"Api-Key {self.api_key}".encode()
-            if len(sent) != 1 or not hmac.compare_digest(sent[0].encode("utf-8", "replace"), expected):
-                return connection.respond(http.HTTPStatus.UNAUTHORIZED, "missing or wrong API key\n")
-        return None
+    def health_response(self, connection: Any) -> Any:
+        response = connection.respond(http.HTTPStatus.OK, '{"status": "ok"}\n')
+        del response.headers["Content-Type"]
+        response.headers["Content-Type"] = "application/json"
+        return response
 
-    async def _handle(self, ws: Any) -> None:
+    async def converse(self, ws: Any, env_id: int) -> None:
         import websockets
-
-        env_id = next(self._env_ids)
-        self._connections += 1
 
         async def reply(msg_type: str, payload: dict[str, Any], seq: int) -> None:
             await ws.send(pack(msg_type, payload, seq, image_format=self.image_format))
 
-        try:
-            async for frame in ws:
-                try:
-                    msg_type, payload, seq = unpack(frame, max_bytes=self.max_message_bytes)
-                except WireFormatError as exc:
-                    log.warning("bad frame on connection %d: %s", env_id, exc)
-                    await reply("error", {"error": f"bad_request: {exc}"}, 0)
-                    continue
-                try:
-                    if msg_type == "hello":
-                        await reply("hello", self.hello, seq)
-                    elif msg_type == "episode_start":
-                        seed = payload.get("seed", (payload.get("task") or {}).get("seed", 0))
-                        await self.worker.call(self.policy.reset, int(seed) if type(seed) is int else 0, env_id)
-                    elif msg_type == "observation":
-                        action = await self.worker.act(from_vlaeval_observation(payload), env_id)
-                        await reply("action", {"actions": np.asarray(action, dtype=np.float32)}, seq)
-                except websockets.ConnectionClosed:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - the peer is told, the connection stays (as vla-eval)
-                    log.exception("policy error on connection %d", env_id)
-                    what = "observation_failed" if msg_type == "observation" else f"{msg_type}_failed"
-                    await reply("error", {"error": f"{what}: {type(exc).__name__}: {exc}"}, seq)
-        except websockets.ConnectionClosed:
-            pass
-        finally:
-            self._connections -= 1
-
-    async def serve(self, stop: asyncio.Event, ready: Callable[[str, int], None] | None = None) -> None:
-        from websockets.asyncio.server import serve
-
-        async with serve(self._handle, self.host, self.port, process_request=self._process_request,
-                         compression=None, max_size=self.max_message_bytes, ping_interval=None) as server:
-            self.bound_port = server.sockets[0].getsockname()[1]
-            if ready is not None:
-                ready(self.host, self.bound_port)
-            await stop.wait()
-            server.close()
-            await server.wait_closed()
-        await self.worker.aclose()
+        async for frame in ws:
+            try:
+                msg_type, payload, seq = unpack(frame, max_bytes=self.max_message_bytes)
+            except WireFormatError as exc:
+                log.warning("bad frame on connection %d: %s", env_id, exc)
+                await reply("error", {"error": f"bad_request: {exc}"}, 0)
+                continue
+            try:
+                if msg_type == "hello":
+                    await reply("hello", self.hello, seq)
+                elif msg_type == "episode_start":
+                    seed = payload.get("seed", (payload.get("task") or {}).get("seed", 0))
+                    await self.worker.call(self.policy.reset, int(seed) if type(seed) is int else 0, env_id)
+                elif msg_type == "observation":
+                    action = await self.worker.act(from_vlaeval_observation(payload), env_id)
+                    await reply("action", {"actions": np.asarray(action, dtype=np.float32)}, seq)
+            except websockets.ConnectionClosed:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the peer is told, the connection stays (as vla-eval)
+                log.exception("policy error on connection %d", env_id)
+                what = "observation_failed" if msg_type == "observation" else f"{msg_type}_failed"
+                await reply("error", {"error": f"{what}: {type(exc).__name__}: {exc}"}, seq)
 
 
-def vlaeval_healthy(host: str, port: int, timeout_s: float = 1.0) -> bool:
-    """True when `GET /health` answers 200."""
-    try:
-        conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
-        try:
-            conn.request("GET", HEALTH_PATH)
-            return conn.getresponse().status == 200
-        finally:
-            conn.close()
-    except (OSError, http.client.HTTPException):
-        return False
+def vlaeval_healthy(host: str, port: int, timeout_s: float = 1.0, *, api_key: str | None = None) -> bool:
+    """True when `GET /health` answers 200 (no key needed)."""
+    return websocket.http_healthy(host, port, HEALTH_PATH, timeout_s)
 
 
 # ===================================================================== client
@@ -286,32 +238,32 @@ class VlaEvalRemotePolicy(BasePolicy):
     `status: error` and retried by the runner, which resets (a fresh connection if the old one is gone)."""
 
     def __init__(self, options: VlaEvalRemoteOptions, context: Any = None):
+        from websockets.exceptions import WebSocketException
+
         self.options = options
-        scheme = "" if options.host.startswith(("ws://", "wss://")) else "ws://"
-        self.uri = f"{scheme}{options.host}:{options.port}"
+        self.uri = websocket.websocket_uri(options.host, options.port)
+        # Connecting waits for the server; a request is never re-sent (a lost one fails the episode's attempt).
+        self.reconnect = ReconnectPolicy.of(options, unreachable=(OSError, TimeoutError, WebSocketException,
+                                                                  WireFormatError), lost=())
         self.task = getattr(context, "task", "") or ""
         self._sessions: dict[int, _Session] = {}
         self.server_info: dict[str, Any] = {}
         self._session(0)  # readiness wait + HELLO
         self.metadata = dict(self.server_info)
 
+    def _refused(self, status: int) -> Exception:
+        return AuthenticationError(f"vla-eval server at {self.uri} refused the API key (HTTP {status})",
+                                   key="policy.api_key")
+
     def _open(self) -> _Session:
-        from websockets.exceptions import InvalidStatus, WebSocketException
-        from websockets.sync.client import connect
-
-        from evalfleet.serving.openpi import _connect_compat, api_key_header
-
         opts = self.options
         deadline = time.monotonic() + opts.connect_timeout_s
-        backoff = Backoff(initial_s=opts.backoff_s, max_s=opts.backoff_max_s)
-        last: Exception | None = None
-        while time.monotonic() < deadline:
-            ws = None
+
+        def attempt(remaining: float) -> _Session:
+            ws = websocket.connect(self.uri, open_timeout=max(min(remaining, 10.0), 0.05),
+                                   max_message_mb=opts.max_message_mb, api_key=opts.api_key, refused=self._refused,
+                                   ping_interval=None)
             try:
-                ws = connect(self.uri, **_connect_compat(connect),
-                             open_timeout=max(min(deadline - time.monotonic(), 10.0), 0.05), compression=None,
-                             max_size=int(opts.max_message_mb * 2**20), ping_interval=None,
-                             additional_headers=api_key_header(opts.api_key) if opts.api_key else None)
                 session = _Session(ws)
                 hello: dict[str, Any] = {"harness_version": HARNESS_VERSION, "protocol_version": PROTOCOL_VERSION}
                 if opts.benchmark:
@@ -321,21 +273,15 @@ class VlaEvalRemotePolicy(BasePolicy):
                                               max_bytes=int(opts.max_message_mb * 2**20))
                 if msg_type != "hello":
                     raise RemotePolicyError(f"vla-eval server at {self.uri} answered HELLO with {msg_type}: {payload}")
-                self.server_info = payload
-                return session
-            except InvalidStatus as exc:
-                if exc.response.status_code in (401, 403):
-                    raise AuthenticationError(f"vla-eval server at {self.uri} refused the API key "
-                                              f"(HTTP {exc.response.status_code})", key="policy.api_key") from None
-                last = exc
-            except (OSError, TimeoutError, WebSocketException, WireFormatError) as exc:
-                last = exc
-            if ws is not None:
+            except BaseException:
                 ws.close()
-            if not backoff.sleep(deadline):
-                break
-        raise InfrastructureError(f"vla-eval server at {self.uri} not reachable within {opts.connect_timeout_s:g} s"
-                                  f" (last error: {type(last).__name__}: {last})")
+                raise
+            self.server_info = payload
+            return session
+
+        return self.reconnect.connect(attempt, deadline=deadline, gave_up=lambda last: InfrastructureError(
+            f"vla-eval server at {self.uri} not reachable within {opts.connect_timeout_s:g} s"
+            f" (last error: {type(last).__name__}: {last})"))
 
     def _session(self, env_id: int) -> _Session:
         session = self._sessions.get(env_id)
@@ -447,3 +393,9 @@ class VlaEvalRemotePolicy(BasePolicy):
 def make_vlaeval_remote(options: Any, context: Any = None) -> VlaEvalRemotePolicy:
     return VlaEvalRemotePolicy(validate_options(VlaEvalRemoteOptions, options), context)
 
+
+
+register_protocol(WireProtocol(
+    name="vla-eval", server=VlaEvalServer, client="vlaeval_remote", healthy=vlaeval_healthy,
+    default_port=DEFAULT_PORT, summary="vla-eval's websocket protocol (msgpack envelopes, HELLO, GET /health)",
+))
