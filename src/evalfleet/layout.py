@@ -44,6 +44,7 @@ SERVER_LOG = "server.log"
 # --- inside INTERNAL_DIR -------------------------------------------------------------------------------
 WIRED_EXPERIMENT_FILE = "experiment.wired.yaml"  # experiment.yaml wired to this invocation's server ports
 CLAIMS_DIR = "claims"
+SLURM_DIR = "slurm"  # the Slurm backend's sbatch scripts, job logs, server addresses and job ids
 
 # --- Isaac Lab Arena's own names -----------------------------------------------------------------------
 # Arena's runner writes one record file per environment rebuild (or per rank when distributed).

@@ -40,6 +40,7 @@ BUILTIN_BACKEND_MODULES = (
     "evalfleet.execution.local",
     "evalfleet.execution.ray.backend",
     "evalfleet.execution.osmo",
+    "evalfleet.execution.slurm",
 )
 
 

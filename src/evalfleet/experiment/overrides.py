@@ -15,7 +15,7 @@ WHERE = "command line"
 PREFIX_ALIASES = ("experiment_cfg.",)
 EXPERIMENT_ROOTS = ("runs", "shared", "seed", "name", "server_sharing")
 # Backend settings live under their own prefix; backends validate them (see execution/settings.py).
-BACKEND_ROOTS = ("osmo", "ray", "local", "experiment_runner")  # experiment_runner: Arena's runner task
+BACKEND_ROOTS = ("osmo", "ray", "local", "experiment_runner", "slurm")  # experiment_runner: Arena's runner task
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,84 @@
+"""The `slurm` backend: `evalfleet submit --backend slurm [--dry-run]` (server jobs, the runner array, a collect
+job after it; returns) and `evalfleet run --backend slurm` (the same without the collect job, then blocks: live
+progress from the growing logs, the array's end from squeue/sacct; the pipeline finishes the Runs and
+finalizes; Ctrl-C cancels every job, keeps what finished, and `--resume` continues)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from evalfleet.errors import UserError
+from evalfleet.execution.backends import BACKENDS, BackendBase, ExecutionJob, WorkerResult
+from evalfleet.execution.progress import ProgressTracker, watch_progress
+from evalfleet.execution.slurm.commands import executable, scancel
+from evalfleet.execution.slurm.launch import ArrayWatch, all_jobs, launch
+from evalfleet.execution.slurm.paths import check_output_path
+from evalfleet.execution.slurm.render import WORKERS_CAP, render, slurm_settings
+from evalfleet.execution.slurm.task_steps import worker_results
+
+
+@BACKENDS.register("slurm", summary="Slurm jobs: a runner array under the watchdog, a job per policy server")
+class SlurmBackend(BackendBase):
+    name = "slurm"
+    resume_hint = " --backend slurm"
+
+    def __init__(self, *, workers: int | None = None, address: str | None = None):
+        if address:
+            raise UserError("--ray-address needs --backend ray", where="command line", key="--ray-address")
+        self.workers = workers  # checked by the caller (execution.api.check_workers)
+
+    def check(self) -> None:
+        for name in ("sbatch", "squeue", "scancel"):
+            executable(name)
+
+    def open(self) -> int:
+        return self.workers or WORKERS_CAP  # shards are planned for this many array tasks (slurm.workers caps it)
+
+    def execute(self, job: ExecutionJob, experiment_file: Path) -> list[WorkerResult]:
+        rendering = render(job.loaded, job.out, job.plan, workers=self.workers, watchdog=job.watchdog,
+                           collect=False, experiment_file=experiment_file)
+        jobs = launch(rendering, job.loaded, job.plan, log=job.log)
+        watch = ArrayWatch(jobs["runners"], rendering.workers).start()
+        try:
+            watch_progress([watch.thread], ProgressTracker.for_plan(job.out, job.plan), job.show_progress)
+        except KeyboardInterrupt:
+            watch.stop.set()
+            scancel(all_jobs(jobs))
+            job.log(f"slurm: cancelled jobs {', '.join(all_jobs(jobs))}")
+            raise
+        finally:
+            scancel(jobs["server_jobs"].values())
+        return worker_results(rendering.paths, job.plan, jobs["runners"], rendering.workers, watch.states)
+
+    def submit(self, loaded: Any, *, dry_run: bool, output_dir: str | None, stream: TextIO) -> int:
+        """Dry run: every batch script written into `output_dir` (one file each) and listed, or printed when no
+        folder is given; nothing submitted. Otherwise the scripts go to OUT/.evalfleet/slurm/ and are submitted."""
+        from evalfleet.execution.output_dir import default_output, output_folder, prepare_output
+        from evalfleet.experiment.plan import make_plan
+        from evalfleet.experiment.validation import require_executable
+
+        settings = slurm_settings(loaded)  # every slurm.* key checked before anything is written
+        require_executable(loaded.experiment.runs, loaded.path)
+        out = output_folder(output_dir, key="--output-dir") if output_dir else default_output(loaded)
+        out = check_output_path(out, key="--output-dir")
+        plan = make_plan(loaded, workers=self.workers or settings.workers or WORKERS_CAP)
+        rendering = render(loaded, out, plan, workers=self.workers)
+        if dry_run:
+            if output_dir:
+                for path in rendering.write(out):
+                    print(path, file=stream)
+            else:
+                for script in rendering.scripts:
+                    stream.write(f"# ==> {script.name} <==\n{script.text}")
+            print(f"# dry run: {len(rendering.scripts)} batch scripts, nothing submitted", file=sys.stderr)
+            return 0
+        self.check()
+        prepare_output(out, loaded, resume=False)
+        jobs = launch(rendering, loaded, plan, log=lambda line: print(line, file=stream))
+        print(f"submitted: runner array {jobs['runners']}, collect job {jobs['collect']}", file=stream)
+        print(f"watch: squeue -j {','.join(all_jobs(jobs))}; logs in {rendering.paths.logs}", file=stream)
+        print(f"results: {out}/index.html once collect job {jobs['collect']} has run (or later: evalfleet collect"
+              f" {out})", file=stream)
+        return 0

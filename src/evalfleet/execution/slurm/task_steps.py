@@ -1,0 +1,189 @@
+"""What runs inside the Slurm jobs (``python -P -m evalfleet.execution.slurm serve|wire|collect``):
+
+* `serve`: a server job's `ServerSupervisor` on this node, its address written atomically to
+  OUT/.evalfleet/slurm/servers/<id>.json once healthy, serving until SIGTERM (then the file is removed);
+* `wire`: inside what an array task's watchdog supervises, wait (slurm.server_wait_s) for the servers'
+  addresses, write this task's Experiment wired to them, then exec the runner (a restart re-reads them);
+* `collect`: after the array (--dependency=afterany), each array task's state from sacct as a `WorkerResult`,
+  the Runs finished as the pipeline does, the server jobs cancelled, the output folder finalized.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from evalfleet.execution.backends import WorkerResult
+from evalfleet.execution.output_dir import write_atomic
+from evalfleet.execution.slurm.commands import TaskState, sacct, scancel
+from evalfleet.execution.slurm.paths import SlurmPaths
+from evalfleet.execution.slurm.render import read_jobs
+from evalfleet.experiment.plan import Plan
+from evalfleet.layout import EXPERIMENT_FILE, server_log_path
+
+POLL_S = 1.0
+
+
+def _server_plans(loaded: Any) -> dict[str, Any]:
+    from evalfleet.serving.planning import plan_server_groups
+
+    exp = loaded.experiment
+    return {p.id: p for p in plan_server_groups(dict(exp.runs), exp.server_sharing, exp.seed)}
+
+
+def _load(out: Path) -> Any:
+    from evalfleet.experiment.loading import load_experiment
+
+    return load_experiment(str(out / EXPERIMENT_FILE), [])
+
+
+def serve(out: Path, server: str) -> int:
+    """Run server `server` of OUT's Experiment on this node until SIGTERM; its address published once healthy."""
+    from evalfleet.execution.servers import ServerSupervisor
+    from evalfleet.execution.slurm.render import SERVER_BIND
+
+    plans = _server_plans(_load(out))
+    if server not in plans:
+        print(f"evalfleet: no server {server!r} in {out / EXPERIMENT_FILE} (servers: {', '.join(plans)})",
+              file=sys.stderr)
+        return 2
+    plan = plans[server]
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    paths = SlurmPaths(out)
+    address = paths.server_address(server)
+    supervisor = ServerSupervisor(plan.binding, plan.options, plan.context, server_log_path(out, plan.runs[0]),
+                                  host=SERVER_BIND, name=f"server {server}",
+                                  log=lambda line: print(f"evalfleet: {line}", flush=True))
+    try:
+        _, port = supervisor.start()
+        host = socket.gethostname()
+        write_atomic(address, json.dumps({"host": host, "port": port, "job": os.environ.get("SLURM_JOB_ID"),
+                                          "restart": os.environ.get("SLURM_RESTART_COUNT", "0")}) + "\n")
+        print(f"evalfleet: server {server} for {', '.join(plan.runs)} healthy on {host}:{port}", flush=True)
+        while not stop.wait(POLL_S):
+            pass
+    finally:
+        try:
+            address.unlink()
+        except OSError:
+            pass
+        supervisor.stop()
+    return 0
+
+
+def read_address(path: Path) -> tuple[str, int] | None:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        return str(doc["host"]), int(doc["port"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def wired_document(out: Path, addresses: dict[str, tuple[str, int]]) -> dict[str, Any]:
+    """OUT's resolved Experiment with every served Run's client pointed at its server's published address."""
+    loaded = _load(out)
+    plans = _server_plans(loaded)
+    document = loaded.resolved_document()
+    runs = dict(document["runs"])
+    for server, (host, port) in addresses.items():
+        plan = plans[server]
+        for name in plan.runs:
+            runs[name] = {**runs[name], "policy": plan.binding.wire_client(dict(runs[name]["policy"]), host, port)}
+    return {**document, "runs": runs}
+
+
+def wire(out: Path, task: str, servers: list[str], wait_s: float, argv: list[str]) -> int:
+    """Wait for every server's address, write this task's wired Experiment, exec the runner (`argv`)."""
+    paths = SlurmPaths(out)
+    deadline = time.monotonic() + wait_s
+    addresses: dict[str, tuple[str, int]] = {}
+    while True:
+        addresses = {s: a for s in servers if (a := read_address(paths.server_address(s))) is not None}
+        if len(addresses) == len(servers):
+            break
+        if time.monotonic() >= deadline:
+            missing = ", ".join(s for s in servers if s not in addresses)
+            print(f"evalfleet: no address from the server job(s) {missing} after {wait_s:g} s"
+                  f" (slurm.server_wait_s; see {paths.logs}/server-*.log)", file=sys.stderr, flush=True)
+            return 1
+        time.sleep(POLL_S)
+    write_atomic(paths.wired(task), yaml.safe_dump(wired_document(out, addresses), sort_keys=False))
+    print("evalfleet: servers " + ", ".join(f"{s} at {h}:{p}" for s, (h, p) in addresses.items()), flush=True)
+    sys.stdout.flush()
+    os.execvp(argv[0], argv)
+    return 0  # not reached
+
+
+def claimed_by(paths: SlurmPaths, plan: Plan, worker: int) -> list[Any]:
+    from evalfleet.execution.local import claim_name
+
+    mine = []
+    for shard in plan.shards:
+        try:
+            if (paths.claims / claim_name(shard)).read_text() == str(worker):
+                mine.append(shard)
+        except OSError:
+            pass
+    return mine
+
+
+def watchdog_reason(paths: SlurmPaths, task: int) -> str | None:
+    try:
+        status = json.loads(paths.status(task).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return status.get("reason") if isinstance(status, dict) and status.get("state") != "completed" else None
+
+
+def worker_results(paths: SlurmPaths, plan: Plan, array: str, workers: int,
+                   states: dict[str, TaskState] | None) -> list[WorkerResult]:
+    """One WorkerResult per array task: its claimed shards, and (unless it completed) its Slurm job id, state
+    and reason, with the watchdog's own reason when it gave up."""
+    results = []
+    for task in range(workers):
+        result = WorkerResult(task, claimed_by(paths, plan, task))
+        state = (states or {}).get(f"{array}_{task}")
+        problem = state.problem() if state is not None else None
+        if state is None and states is not None:
+            problem = f"Slurm job {array}_{task}: no accounting record (never started?)"
+        detail = watchdog_reason(paths, task)
+        if problem and detail:
+            problem = f"{problem}; watchdog: {detail}"
+        result.error = problem
+        results.append(result)
+    return results
+
+
+def collect(out: Path) -> int:
+    """The collect job: Run statuses from the array tasks' Slurm states, server jobs cancelled, the report."""
+    from evalfleet.execution.invocation import parse_shard
+    from evalfleet.execution.pipeline import finalize_output, finish_runs
+    from evalfleet.experiment.plan import make_plan
+
+    paths = SlurmPaths(out)
+    jobs = read_jobs(paths)
+    loaded = _load(out)
+    plan = make_plan(loaded, workers=1)
+    plan.shards = [parse_shard(s, plan, str(paths.jobs)) for s in jobs.get("shards", [])] or plan.shards
+    array = str(jobs.get("runners", ""))
+    workers = int(jobs.get("workers", 1))
+    scancel(str(j) for j in (jobs.get("server_jobs") or {}).values())
+    results = worker_results(paths, plan, array, workers, sacct([array]))
+    for r in results:
+        if r.problem:
+            print(f"evalfleet: array task {r.worker}: {r.problem}", flush=True)
+    finish_runs(plan, out, results)
+    result = finalize_output(loaded, out)
+    print(f"evalfleet: collected {out} → {result.report}", flush=True)
+    return 0
