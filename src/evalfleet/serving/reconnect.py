@@ -64,7 +64,7 @@ class ReconnectPolicy:
         return Backoff(initial_s=self.backoff_s, max_s=self.backoff_max_s)
 
     def connect(self, attempt: Callable[[float], T], *, gave_up: Callable[[BaseException | None], Exception],
-                deadline: float | None = None, on_failure: Callable[[], None] | None = None) -> T:
+                deadline: float | None = None, on_failure: Callable[[], None] = lambda: None) -> T:
         """`attempt(remaining_s)` until it returns. An `unreachable` error is retried (after `on_failure()`),
         paced by the backoff, until `deadline` (default: `timeout_s` from now); then `gave_up(last error)` is
         raised."""
@@ -78,15 +78,14 @@ class ReconnectPolicy:
             try:
                 return attempt(remaining)
             except self.unreachable as exc:
-                if on_failure is not None:
-                    on_failure()
+                on_failure()
                 last = exc
             if not backoff.sleep(deadline):
                 break
         raise gave_up(last)
 
     def request(self, attempt: Callable[[float | None], T], *, gave_up: Callable[[BaseException, int], Exception],
-                failure: BaseException | None = None, on_failure: Callable[[], None] | None = None) -> T:
+                failure: BaseException | None = None, on_failure: Callable[[], None] = lambda: None) -> T:
         """`attempt(deadline)` until it returns: `deadline` is None on a first try, and after a `lost` error
         (or when `failure` says the first send was lost already) the time by which the server must be back
         (`timeout_s` after the first loss). A lost connection is re-tried (after `on_failure()`) at most
@@ -101,8 +100,7 @@ class ReconnectPolicy:
             try:
                 return attempt(deadline)
             except self.lost as exc:
-                if on_failure is not None:
-                    on_failure()
+                on_failure()
                 failure = exc
                 attempts += 1
                 if deadline is None:

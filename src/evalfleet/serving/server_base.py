@@ -24,11 +24,8 @@ class PolicyServer:
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_MB * 2**20,
     ):
         self.policy = policy
-        self.host = host
-        self.port = port
-        self.api_key = api_key
-        self.max_batch = max_batch
-        self.max_message_bytes = max_message_bytes
+        self.host, self.port, self.api_key = host, port, api_key
+        self.max_batch, self.max_message_bytes = max_batch, max_message_bytes
         self.worker = PolicyWorker(policy, max_batch=max_batch, max_wait_ms=max_wait_ms)
         self.worker.active_clients = self.active_clients
         self.bound_port: int | None = None
