@@ -8,17 +8,20 @@ success is gym-aloha's `info["is_success"]` (the task's top reward, 4). gym-aloh
 640×480 cameras at every step whatever is asked (2–3 steps/s on one core); the adapter renders only
 the cameras listed, at `image_size`, with evalfleet's offscreen renderer, and none for `obs_type:
 state`. Light on purpose: loading an Experiment imports neither gym-aloha nor dm_control
-(sim/aloha_env.py does, on first use).
+(sim/aloha_env.py does, named by its entry point, on first use).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from evalfleet.sim.base import ENVIRONMENTS, EnvironmentInfo, VariationInfo
-from evalfleet.sim.spec_checks import ImageSize, Int, image_hw
+from evalfleet.sim.base import EnvironmentInfo
+from evalfleet.sim.registration import register_environment
+from evalfleet.sim.spec_checks import (Actions, CameraOptions, ImageSize, Int, RenderQuality, max_steps_field)
+from evalfleet.sim.standard_variations import (FRICTION_SCALE, action_noise, mass_scale, observation_noise,
+                                              variation_table)
 
 TASKS = ("insertion", "transfer_cube")
 INSTRUCTIONS = {
@@ -32,19 +35,18 @@ ACTION_DIM = 14  # per arm: 6 absolute joint positions (rad), gripper (0 closed 
 MAX_STEPS = 400
 
 
-class AlohaOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class AlohaOptions(CameraOptions):
     task: Literal[TASKS]  # type: ignore[valid-type]  # required: it is the Run's task tag, seeds derive from it
     obs_type: Literal["state", "pixels_agent_pos", "pixels"] = "state"
     cameras: list[Literal[CAMERAS]] | None = Field(  # type: ignore[valid-type]
         default=None, description="default: [top] for pixel observations, none for state")
     image_size: ImageSize = Field(default=(480, 640), description="pixels, or [height, width]")
-    render_quality: Literal["fast", "default"] = Field(
+    render_quality: RenderQuality = Field(
         default="default",
         description="default: the model's own visuals, as gym-aloha (and policies trained on it) saw",
     )
-    max_steps: Int = Field(default=MAX_STEPS, gt=0, le=10_000)
-    actions: Literal["native", "normalized"] = "native"
+    max_steps: Int = max_steps_field(MAX_STEPS)
+    actions: Actions = "native"
     instruction: str | None = None
 
     @model_validator(mode="after")
@@ -58,49 +60,21 @@ class AlohaOptions(BaseModel):
             return list(self.cameras)
         return [] if self.obs_type == "state" else ["top"]
 
-    def image_hw(self) -> tuple[int, int]:
-        return image_hw(self.image_size)
+    def task_instruction(self) -> str:
+        return self.instruction or INSTRUCTIONS[self.task]
 
 
-VARIATIONS = {
-    v.name: v
-    for v in (
-        VariationInfo(
-            "robot.action_noise",
-            "std of zero-mean Gaussian noise added to every native action (radians; gripper in its 0..1 units)",
-            {"distribution": "uniform", "low": 0.0, "high": 0.05},
-        ),
-        VariationInfo(
-            "robot.observation_noise",
-            "std of zero-mean Gaussian noise (radians, rad/s, metres) added to the state vector",
-            {"distribution": "uniform", "low": 0.0, "high": 0.01},
-        ),
-        VariationInfo(
-            "scene.friction_scale",
-            "factor applied to the sliding friction of every geom",
-            {"distribution": "uniform", "low": 0.5, "high": 1.5},
-            nominal=1.0,
-        ),
-        VariationInfo(
-            "object.mass_scale",
-            "factor applied to the mass and inertia of every free object (cube; peg and socket)",
-            {"distribution": "uniform", "low": 0.5, "high": 2.0},
-            nominal=1.0,
-        ),
-    )
-}
+VARIATIONS = variation_table(
+    action_noise("std of zero-mean Gaussian noise added to every native action (radians; gripper in its 0..1 units)",
+                 0.05),
+    observation_noise("std of zero-mean Gaussian noise (radians, rad/s, metres) added to the state vector", 0.01),
+    FRICTION_SCALE,
+    mass_scale("every free object (cube; peg and socket)"),
+)
 
-
-def _make_aloha(options: Any, builder: dict[str, Any]) -> Any:
-    from evalfleet.sim.aloha_env import AlohaEnvironment
-
-    opts = options if isinstance(options, AlohaOptions) else AlohaOptions.model_validate(options)
-    return AlohaEnvironment(opts, opts.instruction or INSTRUCTIONS[opts.task])
-
-
-ENVIRONMENTS.register(
-    "aloha",
-    options=AlohaOptions,
+_make_aloha = register_environment(
+    "aloha", "evalfleet.sim.aloha_env:AlohaEnvironment", options=AlohaOptions,
+    arguments=lambda opts: (opts.task_instruction(),),
     summary="ALOHA bimanual sim (gym-aloha, dm_control, CPU): insertion, transfer_cube; needs evalfleet[aloha]",
     info=EnvironmentInfo(variations=VARIATIONS, action_dim=ACTION_DIM),
-)(_make_aloha)
+)

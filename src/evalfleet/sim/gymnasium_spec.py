@@ -10,22 +10,24 @@ the runner imports `import`, exactly as named, then Gymnasium makes `id`; the ru
 has the current folder on `sys.path`, so `import` names an installed module (or one on an explicit
 PYTHONPATH), never a folder that happens to sit where the command ran. Gymnasium's own
 `module:Name` form of an id (it imports `module`) is refused: write `import: module` and `id: Name`.
+The env is made by sim/gymnasium_make.py, the type's entry point.
 """
 
 from __future__ import annotations
 
 import keyword
 import re
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from evalfleet.sim.base import ENVIRONMENTS, EnvironmentInfo, VariationInfo
-from evalfleet.sim.spec_checks import EnvironmentOptionsError, Int
+from evalfleet.sim.base import EnvironmentInfo
+from evalfleet.sim.registration import register_environment
+from evalfleet.sim.spec_checks import Actions, EnvironmentOptions, Int, max_steps_field
+from evalfleet.sim.standard_variations import action_noise, observation_noise, variation_table
 
 
-class SuccessOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class SuccessOptions(EnvironmentOptions):
     info_key: str | None = None
     reward_at_least: float | None = None
     terminated: bool | None = None
@@ -39,11 +41,6 @@ class SuccessOptions(BaseModel):
         if self.terminated is False:
             raise ValueError("`terminated: false` never succeeds; use `terminated: true` or another rule")
         return self
-
-    def rule(self) -> Any:
-        from evalfleet.sim.gymnasium_env import SuccessRule
-
-        return SuccessRule(self.info_key, self.reward_at_least, bool(self.terminated))
 
 
 MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -71,7 +68,7 @@ def check_gym_id(env_id: str) -> str:
     return env_id
 
 
-class GymnasiumOptions(BaseModel):
+class GymnasiumOptions(EnvironmentOptions):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     id: str = Field(min_length=1, description="the registered Gymnasium id, e.g. CartPole-v1")
     import_module: str | None = Field(default=None, alias="import",
@@ -79,9 +76,9 @@ class GymnasiumOptions(BaseModel):
     kwargs: dict[str, Any] = Field(default_factory=dict, description="passed to gymnasium.make")
     success: SuccessOptions
     instruction: str = ""
-    max_steps: Int | None = Field(default=None, gt=0, le=100_000,
-                                  description="default: the id's registered max_episode_steps, else 1000")
-    actions: Literal["native", "normalized"] = "native"
+    max_steps: Int | None = max_steps_field(None, most=100_000,
+                                            description="default: the id's registered max_episode_steps, else 1000")
+    actions: Actions = "native"
     render: bool = Field(default=False, description="make with render_mode rgb_array; adds camera `render`")
 
     @field_validator("import_module")
@@ -95,62 +92,15 @@ class GymnasiumOptions(BaseModel):
         return check_gym_id(v)
 
 
-NOISE_VARIATIONS = {
-    v.name: v
-    for v in (
-        VariationInfo(
-            "robot.action_noise",
-            "std of zero-mean Gaussian noise added to every action, in units of half the action range "
-            "(absolute where the range is unbounded)",
-            {"distribution": "uniform", "low": 0.0, "high": 0.2},
-        ),
-        VariationInfo(
-            "robot.observation_noise",
-            "std of zero-mean Gaussian noise added to the state vector the policy sees (the state's own units)",
-            {"distribution": "uniform", "low": 0.0, "high": 0.05},
-        ),
-    )
-}
+NOISE_VARIATIONS = variation_table(
+    action_noise("std of zero-mean Gaussian noise added to every action, in units of half the action range "
+                 "(absolute where the range is unbounded)", 0.2),
+    observation_noise("std of zero-mean Gaussian noise added to the state vector the policy sees (the state's own "
+                      "units)", 0.05),
+)
 
-
-def _make_gymnasium(options: Any, builder: dict[str, Any]) -> Any:
-    opts = options if isinstance(options, GymnasiumOptions) else GymnasiumOptions.model_validate(options)
-
-    def make() -> Any:
-        import importlib
-
-        import gymnasium
-
-        if opts.import_module:  # exactly the module named, from sys.path without the current folder
-            try:
-                importlib.import_module(opts.import_module)
-            except ImportError as exc:
-                raise EnvironmentOptionsError(
-                    f"import {opts.import_module!r} failed ({type(exc).__name__}: {exc}); install the package "
-                    "that provides it (the folder evalfleet runs in is not searched: see docs/environments.md)",
-                    key="environment.import") from None
-        kwargs = dict(opts.kwargs)
-        if opts.render:
-            kwargs["render_mode"] = "rgb_array"
-        if opts.max_steps is not None:
-            kwargs["max_episode_steps"] = opts.max_steps
-        try:
-            return gymnasium.make(opts.id, **kwargs)
-        except (gymnasium.error.Error, TypeError) as exc:  # an unknown id, kwargs the env does not take
-            raise EnvironmentOptionsError(f"gymnasium.make({opts.id!r}) failed: {type(exc).__name__}: {exc}",
-                                          key="environment.id" if isinstance(exc, gymnasium.error.Error)
-                                          else "environment.kwargs") from None
-
-    from evalfleet.sim.gymnasium_env import GymnasiumAdapter
-
-    return GymnasiumAdapter(make, name=opts.id, success=opts.success.rule(), instruction=opts.instruction,
-                            max_steps=opts.max_steps, actions=opts.actions,
-                            render_camera="render" if opts.render else None)
-
-
-ENVIRONMENTS.register(
-    "gymnasium",
-    options=GymnasiumOptions,
+_make_gymnasium = register_environment(
+    "gymnasium", "evalfleet.sim.gymnasium_make:make_gymnasium_env", options=GymnasiumOptions,
     summary="any registered Gymnasium environment id (deterministic where the environment is)",
     info=EnvironmentInfo(variations=NOISE_VARIATIONS),
-)(_make_gymnasium)
+)

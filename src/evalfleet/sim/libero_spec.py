@@ -5,19 +5,22 @@
 
 Episode i of a Run starts from the task's fixed initial state `i mod 50` (LIBERO's evaluation
 protocol), reached with the episode's seed. Light on purpose: loading an Experiment never imports
-robosuite; sim/libero_env.py does, on first use. Task names are checked against LIBERO's task map
-when LIBERO is installed (a pure-Python read, ~0.1 s; sim/libero_tasks.py).
+robosuite; sim/libero_env.py does, named by its entry point, on first use. Task names are checked against
+LIBERO's task map when LIBERO is installed (a pure-Python read, ~0.1 s; sim/libero_tasks.py).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from evalfleet.sim.base import ENVIRONMENTS, EnvironmentInfo, VariationInfo
+from evalfleet.sim.base import EnvironmentInfo
 from evalfleet.sim.libero_tasks import CAMERAS
-from evalfleet.sim.spec_checks import ImageSize, Int, image_hw, not_bool
+from evalfleet.sim.registration import register_environment
+from evalfleet.sim.spec_checks import (CameraOptions, ImageSize, Int, RenderQuality, max_steps_field,
+                                       not_bool)
+from evalfleet.sim.standard_variations import UNIT_ACTIONS, action_noise, observation_noise, variation_table
 
 SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10")
 # The step limits of LIBERO's reference evaluation (openpi's examples/libero/main.py), set from the
@@ -26,18 +29,18 @@ SUITE_MAX_STEPS = {"libero_spatial": 220, "libero_object": 280, "libero_goal": 3
 ACTION_DIM = 7  # OSC_POSE: xyz and axis-angle deltas in [-1, 1], gripper (-1 open, +1 close)
 
 
-class LiberoOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class LiberoOptions(CameraOptions):
+    size_field = "camera_size"
     suite: Literal[SUITES] = "libero_spatial"  # type: ignore[valid-type]
     task: Annotated[int | str, not_bool("the task's index (0..9) or its name")] = Field(
         default=0, description="the task's index in the suite (0..9) or its name")
-    max_steps: Int | None = Field(default=None, gt=0, le=10_000, description="default: the suite's limit")
+    max_steps: Int | None = max_steps_field(None, description="default: the suite's limit")
     settle_steps: Int = Field(default=10, ge=0, le=1000,
                               description="no-op steps after the initial state so objects come to rest (not counted)")
     instruction: str | None = Field(default=None, description="default: the task's own language instruction")
     cameras: list[Literal[tuple(CAMERAS)]] = Field(default_factory=list)  # type: ignore[valid-type]
     camera_size: ImageSize = Field(default=128, description="pixels, or [height, width]")
-    render_quality: Literal["fast", "default"] = "fast"
+    render_quality: RenderQuality = "fast"
 
     @field_validator("task")
     @classmethod
@@ -54,40 +57,18 @@ class LiberoOptions(BaseModel):
             task_index(self.suite, self.task)
         return self
 
-    def image_hw(self) -> tuple[int, int]:
-        return image_hw(self.camera_size)
-
     def step_limit(self) -> int:
         return self.max_steps or SUITE_MAX_STEPS[self.suite]
 
 
-VARIATIONS = {
-    v.name: v
-    for v in (
-        VariationInfo(
-            "robot.action_noise",
-            "std of zero-mean Gaussian noise added to every action (actions are in [-1, 1])",
-            {"distribution": "uniform", "low": 0.0, "high": 0.3},
-        ),
-        VariationInfo(
-            "robot.observation_noise",
-            "std of zero-mean Gaussian noise (metres, quaternion units, radians) added to the state vector",
-            {"distribution": "uniform", "low": 0.0, "high": 0.01},
-        ),
-    )
-}
+VARIATIONS = variation_table(
+    action_noise(UNIT_ACTIONS, 0.3),
+    observation_noise("std of zero-mean Gaussian noise (metres, quaternion units, radians) added to the state vector",
+                      0.01),
+)
 
-
-def _make_libero(options: Any, builder: dict[str, Any]) -> Any:
-    from evalfleet.sim.libero_env import LiberoEnvironment
-
-    opts = options if isinstance(options, LiberoOptions) else LiberoOptions.model_validate(options)
-    return LiberoEnvironment(opts)
-
-
-ENVIRONMENTS.register(
-    "libero",
-    options=LiberoOptions,
+_make_libero = register_environment(
+    "libero", "evalfleet.sim.libero_env:LiberoEnvironment", options=LiberoOptions,
     summary="LIBERO's suites (libero_spatial/object/goal/10), fixed initial states; needs evalfleet[libero]",
     info=EnvironmentInfo(variations=VARIATIONS, action_dim=ACTION_DIM),
-)(_make_libero)
+)

@@ -1,14 +1,19 @@
 """Registration of the Meta-World environment type: its options and variations. Light on purpose:
-loading an Experiment never imports MuJoCo; the adapter (sim/metaworld_env.py) loads on first use."""
+loading an Experiment never imports MuJoCo; the adapter (sim/metaworld_env.py), named by its entry point,
+loads on first use."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from evalfleet.sim.base import ENVIRONMENTS, EnvironmentInfo, VariationInfo
-from evalfleet.sim.spec_checks import ImageSize, Int, image_hw
+from evalfleet.sim.base import EnvironmentInfo, VariationInfo
+from evalfleet.sim.registration import register_environment
+from evalfleet.sim.spec_checks import (CameraOptions, ImageSize, Int, RenderQuality, check_name, check_names,
+                                       max_steps_field)
+from evalfleet.sim.standard_variations import (FRICTION_SCALE, RGB, UNIT_ACTIONS, action_noise, mass_scale,
+                                              observation_noise, uniform, variation_table, vector)
 
 # Meta-World 3.1.1's v3 tasks with the instruction a language-conditioned policy receives.
 TASK_INSTRUCTIONS: dict[str, str] = {
@@ -68,10 +73,9 @@ MAX_STEPS = 500
 CAMERAS = ("topview", "corner", "corner2", "corner3", "corner4", "behindGripper", "gripperPOV")
 
 
-class MetaworldOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class MetaworldOptions(CameraOptions):
     task: str
-    max_steps: Int = Field(default=MAX_STEPS, gt=0, le=10_000)
+    max_steps: Int = max_steps_field(MAX_STEPS)
     instruction: str | None = None  # replaces the task's built-in instruction
     # Rendering (nothing is rendered unless `cameras` lists some): every listed camera is rendered into
     # each observation as `observation/images/<camera>`; `image_camera` is also `observation/image` and
@@ -83,21 +87,19 @@ class MetaworldOptions(BaseModel):
     wrist_camera: str = "gripperPOV"
     varied_camera: str | None = None
     image_size: ImageSize = Field(default=224, description="pixels, or [height, width]")
-    render_quality: Literal["fast", "default"] = "fast"
+    render_quality: RenderQuality = "fast"
     depth: bool = False
     segmentation: bool = False
 
     @field_validator("cameras")
     @classmethod
     def known_cameras(cls, v: list[str]) -> list[str]:
-        for name in v:
-            _check_camera(name)
-        return v
+        return check_names(v, CAMERAS, "Meta-World camera")
 
     @field_validator("image_camera", "wrist_camera", "varied_camera")
     @classmethod
     def known_camera(cls, v: str | None) -> str | None:
-        return v if v is None else _check_camera(v)
+        return v if v is None else check_names([v], CAMERAS, "Meta-World camera")[0]
 
     @model_validator(mode="after")
     def depth_needs_camera(self) -> "MetaworldOptions":
@@ -106,138 +108,50 @@ class MetaworldOptions(BaseModel):
                 raise ValueError(f"{flag}: true renders image_camera {self.image_camera!r}; add it to `cameras`")
         return self
 
-    def image_hw(self) -> tuple[int, int]:
-        return image_hw(self.image_size)
-
     @field_validator("task")
     @classmethod
     def known_task(cls, v: str) -> str:
-        if v not in TASK_INSTRUCTIONS:
-            import difflib
-
-            close = difflib.get_close_matches(v, list(TASK_INSTRUCTIONS), n=3)
-            hint = f"did you mean {', '.join(close)}?" if close else "see the 50 Meta-World v3 task names"
-            raise ValueError(f"unknown Meta-World task {v!r}; {hint}")
-        return v
+        return check_name(v, TASK_INSTRUCTIONS, "Meta-World task", "see the 50 Meta-World v3 task names")
 
 
-def _check_camera(name: str) -> str:
-    if name not in CAMERAS:
-        raise ValueError(f"unknown Meta-World camera {name!r}; cameras: {', '.join(CAMERAS)}")
-    return name
+VARIATIONS = variation_table(
+    action_noise(UNIT_ACTIONS, 0.5),
+    observation_noise("std of zero-mean Gaussian noise (metres) added to the state observation the policy sees",
+                      0.02),
+    FRICTION_SCALE,
+    mass_scale(),
+    vector("object.position_noise",
+           "offset (metres) added to every free object's initial position after the seeded reset",
+           [-0.03, -0.03, 0.0], [0.03, 0.03, 0.0]),
+    vector("camera.position_offset",
+           "offset (metres, world frame) added to the position of the environment's `varied_camera` "
+           "(default: its image_camera)",
+           [-0.03, -0.03, -0.03], [0.03, 0.03, 0.03]),
+    vector("camera.rotation_offset",
+           "rotation (degrees) of the varied camera about its own axes: roll about the optical axis, "
+           "pitch about its horizontal axis (tilt), yaw about its vertical axis (pan)",
+           [-3.0, -3.0, -3.0], [3.0, 3.0, 3.0], components=("roll", "pitch", "yaw")),
+    VariationInfo("camera.fov",
+                  "degrees ADDED to the varied camera's nominal vertical field of view (an offset, not absolute)",
+                  uniform(-5.0, 5.0)),
+    VariationInfo("light.intensity", "factor applied to the diffuse and specular strength of every light",
+                  uniform(0.5, 1.5), nominal=1.0),
+    vector("light.direction", "offset added to every light's direction vector (then renormalised)",
+           [-0.3, -0.3, 0.0], [0.3, 0.3, 0.0]),
+    vector("light.color", "per-channel factor applied to every light's diffuse colour",
+           [0.6, 0.6, 0.6], [1.0, 1.0, 1.0], components=RGB, nominal=[1.0, 1.0, 1.0]),
+    vector("object.color",
+           "RGB colour (0-1) given to the task objects' geoms (every free body), replacing their material",
+           [0.0, 0.0, 0.0], [1.0, 1.0, 1.0], components=RGB, nominal=None),
+    vector("table.color", "RGB colour (0-1) given to the table's geoms, replacing their wood material",
+           [0.2, 0.2, 0.2], [0.9, 0.9, 0.9], components=RGB, nominal=None),
+)
 
-
-VARIATIONS = {
-    v.name: v
-    for v in (
-        VariationInfo(
-            "robot.action_noise",
-            "std of zero-mean Gaussian noise added to every action (actions are in [-1, 1])",
-            {"distribution": "uniform", "low": 0.0, "high": 0.5},
-        ),
-        VariationInfo(
-            "robot.observation_noise",
-            "std of zero-mean Gaussian noise (metres) added to the state observation the policy sees",
-            {"distribution": "uniform", "low": 0.0, "high": 0.02},
-        ),
-        VariationInfo(
-            "scene.friction_scale",
-            "factor applied to the sliding friction of every geom",
-            {"distribution": "uniform", "low": 0.5, "high": 1.5},
-            nominal=1.0,
-        ),
-        VariationInfo(
-            "object.mass_scale",
-            "factor applied to the mass and inertia of every free (movable) object",
-            {"distribution": "uniform", "low": 0.5, "high": 2.0},
-            nominal=1.0,
-        ),
-        VariationInfo(
-            "object.position_noise",
-            "offset (metres) added to every free object's initial position after the seeded reset",
-            {"distribution": "uniform", "low": [-0.03, -0.03, 0.0], "high": [0.03, 0.03, 0.0]},
-            kind="vector",
-            components=("x", "y", "z"),
-            nominal=[0.0, 0.0, 0.0],
-        ),
-        VariationInfo(
-            "camera.position_offset",
-            "offset (metres, world frame) added to the position of the environment's `varied_camera` "
-            "(default: its image_camera)",
-            {"distribution": "uniform", "low": [-0.03, -0.03, -0.03], "high": [0.03, 0.03, 0.03]},
-            kind="vector",
-            components=("x", "y", "z"),
-            nominal=[0.0, 0.0, 0.0],
-        ),
-        VariationInfo(
-            "camera.rotation_offset",
-            "rotation (degrees) of the varied camera about its own axes: roll about the optical axis, "
-            "pitch about its horizontal axis (tilt), yaw about its vertical axis (pan)",
-            {"distribution": "uniform", "low": [-3.0, -3.0, -3.0], "high": [3.0, 3.0, 3.0]},
-            kind="vector",
-            components=("roll", "pitch", "yaw"),
-            nominal=[0.0, 0.0, 0.0],
-        ),
-        VariationInfo(
-            "camera.fov",
-            "degrees ADDED to the varied camera's nominal vertical field of view (an offset, not absolute)",
-            {"distribution": "uniform", "low": -5.0, "high": 5.0},
-        ),
-        VariationInfo(
-            "light.intensity",
-            "factor applied to the diffuse and specular strength of every light",
-            {"distribution": "uniform", "low": 0.5, "high": 1.5},
-            nominal=1.0,
-        ),
-        VariationInfo(
-            "light.direction",
-            "offset added to every light's direction vector (then renormalised)",
-            {"distribution": "uniform", "low": [-0.3, -0.3, 0.0], "high": [0.3, 0.3, 0.0]},
-            kind="vector",
-            components=("x", "y", "z"),
-            nominal=[0.0, 0.0, 0.0],
-        ),
-        VariationInfo(
-            "light.color",
-            "per-channel factor applied to every light's diffuse colour",
-            {"distribution": "uniform", "low": [0.6, 0.6, 0.6], "high": [1.0, 1.0, 1.0]},
-            kind="vector",
-            components=("r", "g", "b"),
-            nominal=[1.0, 1.0, 1.0],
-        ),
-        VariationInfo(
-            "object.color",
-            "RGB colour (0-1) given to the task objects' geoms (every free body), replacing their material",
-            {"distribution": "uniform", "low": [0.0, 0.0, 0.0], "high": [1.0, 1.0, 1.0]},
-            kind="vector",
-            components=("r", "g", "b"),
-            nominal=None,
-        ),
-        VariationInfo(
-            "table.color",
-            "RGB colour (0-1) given to the table's geoms, replacing their wood material",
-            {"distribution": "uniform", "low": [0.2, 0.2, 0.2], "high": [0.9, 0.9, 0.9]},
-            kind="vector",
-            components=("r", "g", "b"),
-            nominal=None,
-        ),
-    )
-}
-
-
-def _make_metaworld(options: Any, builder: dict[str, Any]) -> Any:
-    from evalfleet.sim.metaworld_env import MetaworldEnvironment
-
-    opts = options if isinstance(options, MetaworldOptions) else MetaworldOptions.model_validate(options)
-    return MetaworldEnvironment(opts)
-
-
-ENVIRONMENTS.register(
-    "metaworld",
-    options=MetaworldOptions,
+_make_metaworld = register_environment(
+    "metaworld", "evalfleet.sim.metaworld_env:MetaworldEnvironment", options=MetaworldOptions,
     summary="Meta-World v3 (MuJoCo, CPU): 50 Sawyer manipulation tasks with scripted experts",
     info=EnvironmentInfo(variations=VARIATIONS),
-)(_make_metaworld)
+)
 
 
 # Progress criteria from Meta-World v3's step `info` (every task's evaluate_state returns `near_object`,

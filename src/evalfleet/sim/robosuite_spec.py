@@ -3,17 +3,22 @@
     environment: {type: robosuite, task: Lift, robot: Panda, controller: OSC_POSE, max_steps: 300,
                   cameras: [agentview, robot0_eye_in_hand], image_size: 128}
 
-Light on purpose: loading an Experiment never imports robosuite; sim/robosuite_env.py does, on first use.
+Light on purpose: loading an Experiment never imports robosuite; sim/robosuite_env.py does, named by its
+entry point, on first use.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
-from evalfleet.sim.base import ENVIRONMENTS, EnvironmentInfo, VariationInfo
-from evalfleet.sim.spec_checks import ImageSize, Int, image_hw
+from evalfleet.sim.base import EnvironmentInfo
+from evalfleet.sim.registration import register_environment
+from evalfleet.sim.spec_checks import (CameraOptions, ImageSize, Int, RenderQuality, check_name, check_names,
+                                       max_steps_field)
+from evalfleet.sim.standard_variations import (FRICTION_SCALE, UNIT_ACTIONS, action_noise, mass_scale,
+                                              observation_noise, variation_table)
 
 # robosuite 1.4's single-arm tasks and the instruction a language-conditioned policy receives.
 TASK_INSTRUCTIONS: dict[str, str] = {
@@ -40,81 +45,41 @@ CONTROLLERS = ("OSC_POSE", "OSC_POSITION", "JOINT_POSITION", "JOINT_VELOCITY", "
 MAX_STEPS = 300
 
 
-class RobosuiteOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class RobosuiteOptions(CameraOptions):
     task: str = "Lift"
     robot: Literal[ROBOTS] = "Panda"  # type: ignore[valid-type]
     controller: Literal[CONTROLLERS] = Field(default="OSC_POSE", description="the arm's part controller")  # type: ignore[valid-type]
     control_freq: Int = Field(default=20, gt=0, le=500)
-    max_steps: Int = Field(default=MAX_STEPS, gt=0, le=10_000)
+    max_steps: Int = max_steps_field(MAX_STEPS)
     instruction: str | None = None
     cameras: list[str] = Field(default_factory=list)
     image_size: ImageSize = Field(default=128, description="pixels, or [height, width]")
-    render_quality: Literal["fast", "default"] = "fast"
+    render_quality: RenderQuality = "fast"
 
     @field_validator("task")
     @classmethod
     def known_task(cls, v: str) -> str:
-        if v not in TASK_INSTRUCTIONS:
-            import difflib
-
-            close = difflib.get_close_matches(v, list(TASK_INSTRUCTIONS), n=3)
-            raise ValueError(f"unknown robosuite task {v!r}; "
-                             + (f"did you mean {', '.join(close)}?" if close
-                                else f"tasks: {', '.join(TASK_INSTRUCTIONS)}"))
-        return v
+        return check_name(v, TASK_INSTRUCTIONS, "robosuite task", f"tasks: {', '.join(TASK_INSTRUCTIONS)}")
 
     @field_validator("cameras")
     @classmethod
     def known_cameras(cls, v: list[str]) -> list[str]:
-        for name in v:
-            if name not in CAMERAS:
-                raise ValueError(f"unknown robosuite camera {name!r}; cameras: {', '.join(CAMERAS)}")
-        return v
+        return check_names(v, CAMERAS, "robosuite camera")
 
-    def image_hw(self) -> tuple[int, int]:
-        return image_hw(self.image_size)
+    def task_instruction(self) -> str:
+        return self.instruction or TASK_INSTRUCTIONS[self.task]
 
 
-VARIATIONS = {
-    v.name: v
-    for v in (
-        VariationInfo(
-            "robot.action_noise",
-            "std of zero-mean Gaussian noise added to every action (actions are in [-1, 1])",
-            {"distribution": "uniform", "low": 0.0, "high": 0.5},
-        ),
-        VariationInfo(
-            "robot.observation_noise",
-            "std of zero-mean Gaussian noise (metres, quaternion units) added to the state vector",
-            {"distribution": "uniform", "low": 0.0, "high": 0.02},
-        ),
-        VariationInfo(
-            "scene.friction_scale",
-            "factor applied to the sliding friction of every geom",
-            {"distribution": "uniform", "low": 0.5, "high": 1.5},
-            nominal=1.0,
-        ),
-        VariationInfo(
-            "object.mass_scale",
-            "factor applied to the mass and inertia of every free (movable) object",
-            {"distribution": "uniform", "low": 0.5, "high": 2.0},
-            nominal=1.0,
-        ),
-    )
-}
+VARIATIONS = variation_table(
+    action_noise(UNIT_ACTIONS, 0.5),
+    observation_noise("std of zero-mean Gaussian noise (metres, quaternion units) added to the state vector", 0.02),
+    FRICTION_SCALE,
+    mass_scale(),
+)
 
-
-def _make_robosuite(options: Any, builder: dict[str, Any]) -> Any:
-    from evalfleet.sim.robosuite_env import RobosuiteEnvironment
-
-    opts = options if isinstance(options, RobosuiteOptions) else RobosuiteOptions.model_validate(options)
-    return RobosuiteEnvironment(opts, opts.instruction or TASK_INSTRUCTIONS[opts.task])
-
-
-ENVIRONMENTS.register(
-    "robosuite",
-    options=RobosuiteOptions,
+_make_robosuite = register_environment(
+    "robosuite", "evalfleet.sim.robosuite_env:RobosuiteEnvironment", options=RobosuiteOptions,
+    arguments=lambda opts: (opts.task_instruction(),),
     summary="robosuite 1.4 single-arm tasks (MuJoCo, CPU): Lift, Stack, PickPlace, ...; needs evalfleet[robosuite]",
     info=EnvironmentInfo(variations=VARIATIONS, action_dim=7),
-)(_make_robosuite)
+)

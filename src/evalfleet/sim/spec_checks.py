@@ -5,14 +5,20 @@
 - `ImageSize`: an image size, N or [height, width], each side MIN_IMAGE_SIDE..MAX_IMAGE_SIDE pixels,
   checked when the Experiment is loaded (before anything is written), not in the runner when the
   renderer asks for the memory.
+- `EnvironmentOptions`: the base of every options model (an unknown key is refused), `CameraOptions` of
+  one that renders cameras at one size (`image_hw()`); `Actions`,
+  `RenderQuality` and `max_steps_field` the options several types share.
+- `check_name`/`check_names`: a task or camera name one of a benchmark's own, else a message that lists or
+  suggests them.
 - `EnvironmentOptionsError`: what options decide but only the runner can find out (an unknown id).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import difflib
+from typing import Annotated, Any, ClassVar, Iterable, Literal
 
-from pydantic import BeforeValidator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from evalfleet.errors import UserError
 
@@ -59,6 +65,49 @@ ImageSize = Annotated[int | tuple[int, int], BeforeValidator(check_image_size)]
 def image_hw(size: int | tuple[int, int]) -> tuple[int, int]:
     """(height, width) of an `ImageSize`."""
     return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+
+
+class EnvironmentOptions(BaseModel):
+    """The base of an environment type's options model: a key the type does not know is refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class CameraOptions(EnvironmentOptions):
+    """The options of a type that renders its cameras at one `ImageSize`, the field `size_field` names."""
+
+    size_field: ClassVar[str] = "image_size"
+
+    def image_hw(self) -> tuple[int, int]:
+        return image_hw(getattr(self, self.size_field))
+
+
+Actions = Literal["native", "normalized"]  # normalized: [-1, 1], scaled to the env's own bounds
+RenderQuality = Literal["fast", "default"]  # default: the model's own visuals
+
+
+def max_steps_field(default: int | None, *, most: int = 10_000, description: str | None = None) -> Any:
+    """The `max_steps` field: a positive step limit, at most `most`."""
+    return Field(default=default, gt=0, le=most, description=description)
+
+
+def check_name(value: str, names: Iterable[str], what: str, otherwise: str, *, suggest: bool = True) -> str:
+    """`value` if it is one of `names`; else a ValueError "unknown {what} {value!r}; " and the close
+    spellings (where `suggest`) or, when none is close, `otherwise`."""
+    names = list(names)
+    if value not in names:
+        close = difflib.get_close_matches(value, names, n=3) if suggest else []
+        raise ValueError(f"unknown {what} {value!r}; "
+                         + (f"did you mean {', '.join(close)}?" if close else otherwise))
+    return value
+
+
+def check_names(values: list[str], names: Iterable[str], what: str) -> list[str]:
+    """Every one of `values` one of `names` (cameras): else "unknown {what} ...; {what}s: <names>"."""
+    names = list(names)
+    for value in values:
+        check_name(value, names, what, f"{what.split()[-1]}s: {', '.join(names)}", suggest=False)
+    return values
 
 
 class EnvironmentOptionsError(UserError):
