@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from evalfleet.layout import VIDEOS_DIR
+from evalfleet.sim.base import with_defaults
 
 DEFAULT_SIZE = 224
 MACRO_BLOCK = 16
@@ -151,9 +152,8 @@ class EpisodeVideo:
     def _render(self, env: Any, camera: str) -> np.ndarray:
         """A frame drawn for the video: meshes simplified to the recording's tolerance where the
         environment offers it (`render_video`), else its plain `render`."""
-        render_video = getattr(env, "render_video", None)
-        if render_video is not None and self.mesh_tolerance_px > 0:
-            return render_video(camera, self.height, self.width, self.mesh_tolerance_px)
+        if self.mesh_tolerance_px > 0:
+            return with_defaults(env).render_video(camera, self.height, self.width, self.mesh_tolerance_px)
         return env.render(camera, self.height, self.width)
 
     def close(self) -> dict[str, str]:

@@ -64,17 +64,12 @@ class StepResult:
 
 
 class Environment(Protocol):
-    """Adapters may also declare `action_low`/`action_high` (bounds of the actions they accept),
-    `cameras` (names rendered into `observation/images/<camera>`), `image_sizes` ({camera: (h, w)}),
-    `state_dim`, `gripper` (see EnvironmentInfo), `render(camera, height, width)` (used by video
-    recording; `render_video(camera, height, width, mesh_tolerance_px)` instead where present: a frame
-    only a video shows, which may simplify what its pixels cannot show), `control_hz` (steps per
-    simulated second: recording then renders only the states its `fps` shows), and
-    `reset_takes_episode = True`: the runner then also passes `episode=` (the plan's index) to `reset`, for
-    benchmarks with fixed per-episode initial states. What is declared is checked against the policy's spec
-    before the first episode."""
+    """What the runner needs of every environment: `reset`, `step`, `close`, its `max_steps` and
+    `instruction`. Its optional members are declared, with their defaults, by `EnvironmentBase`; an
+    adapter inherits that class, and an env that does not (a plugin's own class with only these members)
+    is read with the same defaults through `with_defaults`. What is declared is checked against the
+    policy's spec before the first episode."""
 
-    action_dim: int
     max_steps: int
     instruction: str
 
@@ -84,6 +79,57 @@ class Environment(Protocol):
     def step(self, action: np.ndarray) -> StepResult: ...
 
     def close(self) -> None: ...
+
+
+class EnvironmentBase:
+    """Every optional member of the `Environment` protocol, with the default that means "not declared"
+    (as Gymnasium's `Env` declares its own). Adapters inherit it and set what they know. Also optional,
+    with no default: `render(camera, height, width)` (uint8 H×W×3 of a named camera; video recording
+    uses it, so an env without it cannot record)."""
+
+    action_dim: int | None = None  # the action's size; None: actions are not checked before a step
+    action_low: np.ndarray | None = None  # bounds of the actions it accepts (both, or none)
+    action_high: np.ndarray | None = None
+    actions: str = "native"  # "normalized": it takes [-1, 1] and scales to its bounds
+    cameras: tuple[str, ...] | None = None  # names rendered into `observation/images/<camera>`
+    image_sizes: dict[str, tuple[int, int]] | None = None  # {camera: (height, width)}
+    state_dim: int | None = None  # the size of `observation/state`
+    gripper: str | None = None  # the action's gripper convention (see EnvironmentInfo)
+    control_hz: float | None = None  # steps per simulated second: recording renders only what its fps shows
+    # True: the runner also passes `episode=` (the plan's index) to `reset`, for benchmarks with fixed
+    # per-episode initial states.
+    reset_takes_episode: bool = False
+
+    def render_video(self, camera: str, height: int | None = None, width: int | None = None,
+                     mesh_tolerance_px: float = 0.0) -> np.ndarray:
+        """A frame only a video shows, which may simplify what its pixels cannot show (meshes to
+        `mesh_tolerance_px` pixels); by default the plain `render`."""
+        return self.render(camera, height, width)
+
+
+class _WithDefaults(EnvironmentBase):
+    """An env that does not inherit EnvironmentBase, seen with its defaults: each member is the env's own
+    where it has one, else EnvironmentBase's."""
+
+    def __init__(self, env: Any):
+        self._env = env
+
+    def __getattribute__(self, name: str) -> Any:
+        if name.startswith("_"):  # the view's own (its class, `_env`)
+            return object.__getattribute__(self, name)
+        env = object.__getattribute__(self, "_env")
+        try:
+            return getattr(env, name)
+        except AttributeError:
+            if not hasattr(EnvironmentBase, name):
+                raise  # the env's own error, as if it were read directly
+        return object.__getattribute__(self, name)
+
+
+def with_defaults(env: Any) -> EnvironmentBase:
+    """`env` itself where it inherits EnvironmentBase, else a view of it with EnvironmentBase's defaults
+    for the optional members it does not declare."""
+    return env if isinstance(env, EnvironmentBase) else _WithDefaults(env)
 
 
 # type name → factory(options: BaseModel | dict, builder: dict) -> Environment
@@ -170,21 +216,22 @@ def environment_spec(env_type: str, options: Any, env: Any = None) -> Environmen
     sizes = _sizes_of(cameras or (), typed) if typed is not None else {}
     action_dim = low = high = state_dim = None
     if env is not None:
-        env_cameras = getattr(env, "cameras", None)
+        env = with_defaults(env)
+        env_cameras = env.cameras
         if isinstance(env_cameras, (list, tuple)):
             cameras = tuple(str(c) for c in env_cameras)
         sizes = _sizes_of(cameras or (), env) or sizes
-        action_dim = getattr(env, "action_dim", None)
-        low, high = getattr(env, "action_low", None), getattr(env, "action_high", None)
+        action_dim = env.action_dim
+        low, high = env.action_low, env.action_high
         if low is not None and high is not None:
             low = tuple(float(x) for x in np.asarray(low, dtype=float).reshape(-1))
             high = tuple(float(x) for x in np.asarray(high, dtype=float).reshape(-1))
-            if getattr(env, "actions", None) == "normalized":  # it takes [-1, 1] and scales to its bounds
+            if env.actions == "normalized":  # it takes [-1, 1] and scales to its bounds
                 low, high = (-1.0,) * len(low), (1.0,) * len(high)
         else:
             low = high = None
-        state_dim = getattr(env, "state_dim", None)
-        gripper = getattr(env, "gripper", None) or gripper
+        state_dim = env.state_dim
+        gripper = env.gripper or gripper
     return EnvironmentSpec(
         source=f"environment {env_type}", action_dim=int(action_dim) if action_dim is not None else None,
         action_low=low, action_high=high, cameras=cameras,
