@@ -26,9 +26,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from evalfleet.sim.rendering import RendererCache
 from evalfleet.sim.base import StepResult
-from evalfleet.sim.gymnasium_env import RobotNoise
+from evalfleet.sim.mujoco_env import MujocoEnvironment
+from evalfleet.sim.mujoco_scene import PhysicsScales
+from evalfleet.sim.noise import RobotNoise
+from evalfleet.sim.rendering import RendererCache
 
 if TYPE_CHECKING:
     from evalfleet.sim.aloha_spec import AlohaOptions
@@ -49,10 +51,8 @@ def import_gym_aloha() -> Any:
     return aloha_env
 
 
-class AlohaEnvironment:
+class AlohaEnvironment(MujocoEnvironment):
     def __init__(self, options: AlohaOptions, instruction: str):
-        import mujoco
-
         aloha_env = import_gym_aloha()
         self.options = options
         self.task = options.task
@@ -75,11 +75,7 @@ class AlohaEnvironment:
             low[slot], high[slot] = ctrl[i]
         self.action_low, self.action_high = low, high
         self.action_dim = 14
-        self._nominal_friction = model.geom_friction.copy()
-        self._nominal_mass = model.body_mass.copy()
-        self._nominal_inertia = model.body_inertia.copy()
-        free = np.flatnonzero(model.jnt_type == mujoco.mjtJoint.mjJNT_FREE)
-        self._free_bodies = sorted({int(model.jnt_bodyid[j]) for j in free})
+        self._physics = PhysicsScales(model)
         from dm_control.rl.control import PhysicsError
 
         self._physics_error = PhysicsError
@@ -109,19 +105,7 @@ class AlohaEnvironment:
 
     # -- episode ---------------------------------------------------------------------------------
     def reset(self, seed: int, variations: dict[str, Any]) -> dict[str, Any]:
-        model = self.model
-        # Nominal first, so no variation leaks from one episode into the next.
-        model.geom_friction[:] = self._nominal_friction
-        model.body_mass[:] = self._nominal_mass
-        model.body_inertia[:] = self._nominal_inertia
-        friction = variations.get("scene.friction_scale")
-        if friction is not None:
-            model.geom_friction[:, 0] = self._nominal_friction[:, 0] * float(friction)
-        mass = variations.get("object.mass_scale")
-        if mass is not None:
-            for b in self._free_bodies:
-                model.body_mass[b] = self._nominal_mass[b] * float(mass)
-                model.body_inertia[b] = self._nominal_inertia[b] * float(mass)
+        self._physics.apply(self.model, variations)  # nominal first, then this episode's scales
         # gym-aloha seeds NumPy RandomStates with it: 32 bits.
         raw, _info = self.env.reset(seed=int(seed) % 2**32)
         self._steps = 0
@@ -156,29 +140,5 @@ class AlohaEnvironment:
         )
         state = self._noise.observation(state)
         out: dict[str, Any] = {"observation/state": state, "prompt": self.instruction}
-        wrist_done = False
-        for i, camera in enumerate(self.cameras):
-            image = self.render(camera)
-            out[f"observation/images/{camera}"] = image
-            if i == 0:
-                out["observation/image"] = image
-            if camera.endswith("_wrist") and not wrist_done:  # the first wrist camera listed
-                out["observation/wrist_image"] = image
-                wrist_done = True
-        self._last = out
-        return out
-
-    # -- rendering -------------------------------------------------------------------------------
-    def render(self, camera: str, height: int | None = None, width: int | None = None) -> np.ndarray:
-        """A named camera of the current state, uint8 H×W×3 the right way up (evalfleet's renderer)."""
-        return self._renderers.rgb(self.data, camera, height, width)
-
-    def render_video(self, camera: str, height: int | None = None, width: int | None = None,
-                     mesh_tolerance_px: float = 0.0) -> np.ndarray:
-        """A video frame of a named camera: uint8 H×W×3, meshes simplified to `mesh_tolerance_px` pixels
-        (sim/mesh_detail.py; 0: whole)."""
-        return self._renderers.rgb(self.data, camera, height, width, mesh_tolerance_px)
-
-    def close(self) -> None:
-        self._renderers.close()
-        self.env.close()
+        self._last = self.camera_images(out, is_wrist=lambda camera: camera.endswith("_wrist"))  # the first listed
+        return self._last

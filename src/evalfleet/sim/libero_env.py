@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from evalfleet.sim.rendering import RendererCache
 from evalfleet.sim.base import StepResult
-from evalfleet.sim.gymnasium_env import RobotNoise
 from evalfleet.sim.libero_tasks import CAMERAS, configure_libero, get_task, init_states
+from evalfleet.sim.mujoco_env import MujocoEnvironment
+from evalfleet.sim.noise import RobotNoise
+from evalfleet.sim.rendering import RendererCache
 from evalfleet.sim.robosuite_env import import_robosuite, seeded_global_numpy
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ def make_control_env(bddl_file: str) -> Any:
         )
 
 
-class LiberoEnvironment:
+class LiberoEnvironment(MujocoEnvironment):
     reset_takes_episode = True  # the runner passes the plan's episode index: it picks the initial state
 
     def __init__(self, options: LiberoOptions):
@@ -105,26 +106,8 @@ class LiberoEnvironment:
         state = np.concatenate([np.asarray(obs[k], dtype=np.float64).reshape(-1) for k in STATE_KEYS])
         state = self._noise.observation(state)
         out: dict[str, Any] = {"observation/state": state, "prompt": self.instruction}
-        for i, camera in enumerate(self.cameras):
-            image = self.render(camera)
-            out[f"observation/images/{camera}"] = image
-            if i == 0:
-                out["observation/image"] = image
-            if camera == "eye_in_hand":
-                out["observation/wrist_image"] = image
-        return out
+        return self.camera_images(out, is_wrist=lambda camera: camera == "eye_in_hand")
 
-    # -- rendering -------------------------------------------------------------------------------
-    def render(self, camera: str, height: int | None = None, width: int | None = None) -> np.ndarray:
-        """A camera of the current state (evalfleet's or MuJoCo's name), uint8 H×W×3 the right way up."""
-        return self._renderers.rgb(self.data, CAMERAS.get(camera, camera), height, width)
-
-    def render_video(self, camera: str, height: int | None = None, width: int | None = None,
-                     mesh_tolerance_px: float = 0.0) -> np.ndarray:
-        """A video frame of a named camera: uint8 H×W×3, meshes simplified to `mesh_tolerance_px` pixels
-        (sim/mesh_detail.py; 0: whole)."""
-        return self._renderers.rgb(self.data, CAMERAS.get(camera, camera), height, width, mesh_tolerance_px)
-
-    def close(self) -> None:
-        self._renderers.close()
-        self.env.close()
+    def mujoco_camera(self, camera: str) -> str:
+        """evalfleet's camera name → MuJoCo's (`CAMERAS`); a MuJoCo name passes as it is."""
+        return CAMERAS.get(camera, camera)

@@ -13,10 +13,12 @@ from typing import Any
 import mujoco
 import numpy as np
 
-from evalfleet.sim.rendering import RendererCache
 from evalfleet.sim.base import StepResult
-from evalfleet.sim.gymnasium_env import RobotNoise
 from evalfleet.sim.metaworld_spec import TASK_INSTRUCTIONS, MetaworldOptions, MetaworldProgress
+from evalfleet.sim.mujoco_env import MujocoEnvironment
+from evalfleet.sim.mujoco_scene import PhysicsScales, free_joints
+from evalfleet.sim.noise import RobotNoise
+from evalfleet.sim.rendering import RendererCache
 
 warnings.filterwarnings("ignore", message="Constant\\(s\\) may be too high", category=UserWarning)
 
@@ -33,7 +35,7 @@ def make_task_env(task: str) -> Any:
     return env
 
 
-class MetaworldEnvironment:
+class MetaworldEnvironment(MujocoEnvironment):
     action_dim = 4
 
     def __init__(self, options: MetaworldOptions):
@@ -45,18 +47,14 @@ class MetaworldEnvironment:
         if self.max_steps > self.env.max_path_length:
             self.env.max_path_length = self.max_steps
         model = self.env.model
-        self._nominal_friction = model.geom_friction.copy()
-        self._nominal_mass = model.body_mass.copy()
-        self._nominal_inertia = model.body_inertia.copy()
-        free = np.flatnonzero(model.jnt_type == mujoco.mjtJoint.mjJNT_FREE)
-        self._free_qpos = [int(model.jnt_qposadr[j]) for j in free]
-        self._free_bodies = sorted({int(model.jnt_bodyid[j]) for j in free})
+        self._physics = PhysicsScales(model)
+        self._free_qpos = [int(model.jnt_qposadr[j]) for j in free_joints(model)]
         self._nominal_scene = {
             name: getattr(model, name).copy()
             for name in ("cam_pos", "cam_quat", "cam_fovy", "light_diffuse", "light_specular", "light_dir",
                          "geom_rgba", "geom_matid")
         }
-        self._object_geoms = np.flatnonzero(np.isin(model.geom_bodyid, self._free_bodies))
+        self._object_geoms = np.flatnonzero(np.isin(model.geom_bodyid, self._physics.free_bodies))
         table = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, "tablelink")
         self._table_geoms = np.flatnonzero(model.geom_bodyid == table) if table >= 0 else np.array([], int)
         self._varied_camera = mujoco.mj_name2id(
@@ -71,21 +69,10 @@ class MetaworldEnvironment:
     def reset(self, seed: int, variations: dict[str, Any]) -> dict[str, Any]:
         model = self.env.model
         # Nominal first, so no variation leaks from one episode into the next.
-        model.geom_friction[:] = self._nominal_friction
-        model.body_mass[:] = self._nominal_mass
-        model.body_inertia[:] = self._nominal_inertia
+        self._physics.apply(model, variations)
         for name, nominal in self._nominal_scene.items():
             getattr(model, name)[:] = nominal
         self._apply_scene_variations(variations)
-
-        friction = variations.get("scene.friction_scale")
-        if friction is not None:
-            model.geom_friction[:, 0] = self._nominal_friction[:, 0] * float(friction)
-        mass = variations.get("object.mass_scale")
-        if mass is not None:
-            for b in self._free_bodies:
-                model.body_mass[b] = self._nominal_mass[b] * float(mass)
-                model.body_inertia[b] = self._nominal_inertia[b] * float(mass)
 
         self.env.seed(int(seed))
         obs, _ = self.env.reset()
@@ -158,6 +145,10 @@ class MetaworldEnvironment:
 
     # -- rendering -------------------------------------------------------------------------------
     @property
+    def data(self) -> Any:
+        return self.env.data
+
+    @property
     def control_hz(self) -> float:
         """Control steps per simulated second (video recording samples its frames by it)."""
         return 1.0 / (float(self.env.model.opt.timestep) * int(self.env.frame_skip))
@@ -168,12 +159,6 @@ class MetaworldEnvironment:
         The renderer is created on first use, in this process."""
         out = self._renderers.render(self.env.data, camera, height, width, **kinds)
         return out if kinds else out["rgb"]
-
-    def render_video(self, camera: str, height: int | None = None, width: int | None = None,
-                     mesh_tolerance_px: float = 0.0) -> np.ndarray:
-        """A video frame of a named camera: uint8 H×W×3, meshes simplified to `mesh_tolerance_px` pixels
-        (sim/mesh_detail.py; 0: whole)."""
-        return self._renderers.rgb(self.env.data, camera, height, width, mesh_tolerance_px)
 
     def _observation(self, obs: np.ndarray) -> dict[str, Any]:
         state = self._noise.observation(np.asarray(obs, dtype=np.float64))
@@ -192,7 +177,3 @@ class MetaworldEnvironment:
             if camera == opts.wrist_camera:
                 out["observation/wrist_image"] = rendered["rgb"]
         return out
-
-    def close(self) -> None:
-        self._renderers.close()
-        self.env.close()

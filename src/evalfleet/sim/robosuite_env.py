@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
-from evalfleet.sim.rendering import RendererCache
 from evalfleet.sim.base import StepResult
-from evalfleet.sim.gymnasium_env import RobotNoise
+from evalfleet.sim.mujoco_env import MujocoEnvironment
+from evalfleet.sim.mujoco_scene import PhysicsScales
+from evalfleet.sim.noise import RobotNoise
+from evalfleet.sim.rendering import RendererCache
 
 if TYPE_CHECKING:  # the spec loads this module on first use; it passes the options and the instruction in
     from evalfleet.sim.robosuite_spec import RobosuiteOptions
@@ -72,10 +74,8 @@ def make_robosuite_env(options: RobosuiteOptions) -> Any:
         )
 
 
-class RobosuiteEnvironment:
+class RobosuiteEnvironment(MujocoEnvironment):
     def __init__(self, options: RobosuiteOptions, instruction: str):
-        import mujoco
-
         self.options = options
         self.task = options.task
         self.instruction = instruction
@@ -84,12 +84,7 @@ class RobosuiteEnvironment:
         self.env = make_robosuite_env(options)
         self.action_low, self.action_high = (np.asarray(b, dtype=np.float64) for b in self.env.action_spec)
         self.action_dim = int(self.action_low.shape[0])
-        model = self.model
-        self._nominal_friction = model.geom_friction.copy()
-        self._nominal_mass = model.body_mass.copy()
-        self._nominal_inertia = model.body_inertia.copy()
-        free = np.flatnonzero(model.jnt_type == mujoco.mjtJoint.mjJNT_FREE)
-        self._free_bodies = sorted({int(model.jnt_bodyid[j]) for j in free})
+        self._physics = PhysicsScales(self.model)
         self._renderers = RendererCache(lambda: self.model, options.image_hw(), options.render_quality)
         self._steps = 0
         self._noise = RobotNoise()
@@ -104,19 +99,7 @@ class RobosuiteEnvironment:
 
     # -- episode ---------------------------------------------------------------------------------
     def reset(self, seed: int, variations: dict[str, Any]) -> dict[str, Any]:
-        model = self.model
-        # Nominal first, so no variation leaks from one episode into the next.
-        model.geom_friction[:] = self._nominal_friction
-        model.body_mass[:] = self._nominal_mass
-        model.body_inertia[:] = self._nominal_inertia
-        friction = variations.get("scene.friction_scale")
-        if friction is not None:
-            model.geom_friction[:, 0] = self._nominal_friction[:, 0] * float(friction)
-        mass = variations.get("object.mass_scale")
-        if mass is not None:
-            for b in self._free_bodies:
-                model.body_mass[b] = self._nominal_mass[b] * float(mass)
-                model.body_inertia[b] = self._nominal_inertia[b] * float(mass)
+        self._physics.apply(self.model, variations)  # nominal first, then this episode's scales
         with seeded_global_numpy(seed):
             obs = self.env.reset()
         for robot in self.env.robots:
@@ -144,26 +127,4 @@ class RobosuiteEnvironment:
         state = np.concatenate(parts)
         state = self._noise.observation(state)
         out: dict[str, Any] = {"observation/state": state, "prompt": self.instruction}
-        for i, camera in enumerate(self.cameras):
-            image = self.render(camera)
-            out[f"observation/images/{camera}"] = image
-            if i == 0:
-                out["observation/image"] = image
-            if camera == "robot0_eye_in_hand":
-                out["observation/wrist_image"] = image
-        return out
-
-    # -- rendering -------------------------------------------------------------------------------
-    def render(self, camera: str, height: int | None = None, width: int | None = None) -> np.ndarray:
-        """A named camera of the current state, uint8 H×W×3 the right way up (evalfleet's renderer)."""
-        return self._renderers.rgb(self.data, camera, height, width)
-
-    def render_video(self, camera: str, height: int | None = None, width: int | None = None,
-                     mesh_tolerance_px: float = 0.0) -> np.ndarray:
-        """A video frame of a named camera: uint8 H×W×3, meshes simplified to `mesh_tolerance_px` pixels
-        (sim/mesh_detail.py; 0: whole)."""
-        return self._renderers.rgb(self.data, camera, height, width, mesh_tolerance_px)
-
-    def close(self) -> None:
-        self._renderers.close()
-        self.env.close()
+        return self.camera_images(out, is_wrist=lambda camera: camera == "robot0_eye_in_hand")
