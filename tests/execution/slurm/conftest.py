@@ -1,0 +1,59 @@
+"""The local Slurm cluster (scripts/slurm-local.sh) for the Slurm tests: started once per session, stopped at the
+end only if this session started it. Skips, saying why, only where it cannot start (not root, apt unreachable)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "slurm-local.sh"
+CANNOT_START = 3  # the script's exit status for "cannot start here"
+
+
+@dataclass(frozen=True)
+class SlurmCluster:
+    state: Path
+    conf: Path
+    partition: str = "debug"
+
+
+def _script(command: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(SCRIPT), command], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    if os.geteuid() != 0:
+        reason = "local Slurm cluster: needs root (scripts/slurm-local.sh installs packages and runs the daemons)"
+        print(reason, file=sys.stderr)
+        pytest.skip(reason)
+    state = Path(os.environ.get("EVALFLEET_SLURM_STATE", "/tmp/evalfleet-slurm"))
+    conf = state / "etc" / "slurm.conf"
+    already_running = _script("status", timeout=60).returncode == 0
+    started = _script("start", timeout=900)
+    if started.returncode == CANNOT_START:
+        reason = "local Slurm cluster: " + (started.stderr.strip().splitlines() or ["cannot start"])[-1]
+        print(reason, file=sys.stderr)
+        pytest.skip(reason)
+    if started.returncode != 0:
+        pytest.fail(f"scripts/slurm-local.sh start failed ({started.returncode}):\n{started.stdout}\n{started.stderr}")
+    previous = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(conf)
+    try:
+        yield SlurmCluster(state=state, conf=conf)
+    finally:
+        if previous is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = previous
+        if not already_running:
+            stopped = _script("stop", timeout=120)
+            if stopped.returncode != 0:
+                print(f"scripts/slurm-local.sh stop failed:\n{stopped.stdout}\n{stopped.stderr}", file=sys.stderr)
