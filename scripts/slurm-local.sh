@@ -141,6 +141,8 @@ InactiveLimit=0
 SlurmctldTimeout=30
 SlurmdTimeout=60
 SchedulerType=sched/backfill
+# Schedule every few seconds (the defaults, 60 s and 30 s, delay e.g. a requeued job's restart by up to a minute).
+SchedulerParameters=sched_interval=2,bf_interval=2
 $node_line State=UNKNOWN NodeAddr=127.0.0.1
 PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:8
 EOF
