@@ -146,6 +146,22 @@ def watchdog_reason(paths: SlurmPaths, task: int) -> str | None:
     return status.get("reason") if isinstance(status, dict) and status.get("state") != "completed" else None
 
 
+def slurm_said(paths: SlurmPaths, task: int) -> str | None:
+    """The last `slurmstepd: error:` line Slurm wrote into the task's log (a memory limit exceeded, a time limit,
+    a preemption, ...), without its `***` decoration; None when it wrote none."""
+    try:
+        with open(paths.runner_log(task), "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    said = [line.partition("error:")[2].strip(" *") for line in tail.splitlines()
+            if line.startswith("slurmstepd") and "error:" in line]
+    said = [line for line in said if line and "CANCELLED AT" not in line] or said
+    return said[-1] if said else None
+
+
 def worker_results(paths: SlurmPaths, plan: Plan, array: str, workers: int,
                    states: dict[str, TaskState] | None) -> list[WorkerResult]:
     """One WorkerResult per array task: its claimed shards, and (unless it completed) its Slurm job id, state
@@ -157,9 +173,13 @@ def worker_results(paths: SlurmPaths, plan: Plan, array: str, workers: int,
         problem = state.problem() if state is not None else None
         if state is None and states is not None:
             problem = f"Slurm job {array}_{task}: no accounting record (never started?)"
-        detail = watchdog_reason(paths, task)
-        if problem and detail:
-            problem = f"{problem}; watchdog: {detail}"
+        if problem:
+            said = slurm_said(paths, task)
+            problem += f"; Slurm: {said}" if said else ""
+            detail = watchdog_reason(paths, task)
+            problem += f"; watchdog: {detail}" if detail else ""
+            if not result.shards:  # it ended before claiming a shard: every unfinished Run says why
+                result.shards = list(plan.shards)
         result.error = problem
         results.append(result)
     return results

@@ -1,0 +1,120 @@
+"""Issue #24 on the local single-node Slurm cluster (`slurm_cluster`, scripts/slurm-local.sh; skipped, saying
+why, only where it cannot start): every dry-run script passes `sbatch --test-only`; `run --backend slurm` of
+two Runs (one served) gives the per-episode records `--backend local` gives; a cancelled array task shows in
+run_status.json and experiment_result.json with its job id and state, and `--resume` completes the folder with
+nothing lost or duplicated; a task killed for memory shows with Slurm's OUT_OF_MEMORY."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from evalfleet.cli import main
+from evalfleet.execution.slurm.render import read_jobs
+from evalfleet.execution.slurm.paths import SlurmPaths
+
+TIMING = ("timestamp", "duration_s", "policy_latency_ms")  # what differs between any two runs of one Experiment
+
+
+def write(tmp_path: Path, runs: dict[str, Any], episodes: int, name: str = "slurm_tiny") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"name": name, "seed": 0, "shared": {"rollout_limit": {"num_episodes": episodes}},
+                                    "runs": runs}, sort_keys=False))
+    return path
+
+
+EXPERT = {"environment": {"type": "metaworld", "task": "push-v3"}, "policy": {"type": "metaworld_expert"}}
+SERVED = {"environment": {"type": "metaworld", "task": "push-v3"},
+          "policy": {"type": "openpi_remote", "serve": {"type": "metaworld_expert"}, "allow_unauthenticated": True}}
+SMALL = ["slurm.time=10", "slurm.cpus_per_task=1", "slurm.server_cpus=1"]
+
+
+def records(out: Path, run: str) -> dict[int, dict[str, Any]]:
+    lines = (out / run / "episode_results.jsonl").read_text().splitlines()
+    got: dict[int, dict[str, Any]] = {}
+    for line in lines:
+        rec = {k: v for k, v in json.loads(line).items() if k not in TIMING}
+        assert rec["episode"] not in got, f"episode {rec['episode']} of {run} recorded twice"
+        got[rec["episode"]] = rec
+    return got
+
+
+def wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.5)
+
+
+def test_every_dry_run_script_passes_sbatch_test_only(slurm_cluster, tmp_path: Path) -> None:
+    folder = tmp_path / "dry"
+    assert main(["submit", str(write(tmp_path, {"expert": EXPERT, "served": SERVED}, 4)), "--backend", "slurm",
+                 "--dry-run", "--output-dir", str(folder), f"slurm.partition={slurm_cluster.partition}",
+                 "slurm.time=1:00:00", "slurm.mem=1G", "slurm.max_parallel=2", *SMALL[1:]]) == 0
+    scripts = sorted(folder.glob("*.sbatch"))
+    assert len(scripts) == 3
+    for script in scripts:
+        proc = subprocess.run(["sbatch", "--test-only", str(script)], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0 and "to start at" in proc.stderr, (script.name, proc.stderr)
+
+
+def test_run_on_slurm_gives_the_records_local_gives(slurm_cluster, tmp_path: Path) -> None:
+    exp = write(tmp_path, {"expert": EXPERT, "served": SERVED}, 4)
+    on_slurm, local = tmp_path / "slurm", tmp_path / "local"
+    assert main(["run", str(exp), "--backend", "slurm", "--workers", "2", "--output", str(on_slurm), "--no-progress",
+                 *SMALL]) == 0
+    assert main(["run", str(exp), "--workers", "2", "--output", str(local), "--no-progress"]) == 0
+    for run in ("expert", "served"):
+        assert records(on_slurm, run) == records(local, run)
+        assert len(records(on_slurm, run)) == 4
+    jobs = read_jobs(SlurmPaths(on_slurm.absolute()))
+    assert set(jobs["server_jobs"]) == {"served-server"} and jobs["workers"] == 2
+    states = subprocess.run(["sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j", jobs["runners"]],
+                            capture_output=True, text=True, check=True).stdout.split()
+    assert states == [f"{jobs['runners']}_0|COMPLETED", f"{jobs['runners']}_1|COMPLETED"]
+
+
+def test_a_cancelled_array_task_is_reported_and_resume_completes(slurm_cluster, tmp_path: Path, capsys) -> None:
+    exp = write(tmp_path, {"expert": EXPERT}, 10, name="slurm_cancel")
+    out = tmp_path / "out"
+    assert main(["submit", str(exp), "slurm.workers=2", *SMALL, "--backend", "slurm", "--output-dir", str(out)]) == 0
+    jobs = read_jobs(SlurmPaths(out.absolute()))
+    claims = SlurmPaths(out.absolute()).claims
+    wait_for(lambda: any(c.read_text() == "1" for c in claims.iterdir()), 300, "array task 1's first claim")
+    task = f"{jobs['runners']}_1"
+    subprocess.run(["scancel", task], check=True)
+    result_file = out / "experiment_result.json"
+    wait_for((out / "index.html").exists, 300, "the collect job's index.html")
+    status = json.loads((out / "expert" / "run_status.json").read_text())
+    assert status["state"] == "failed"
+    assert f"Slurm job {task} CANCELLED" in status["reason"]
+    assert f"Slurm job {task} CANCELLED" in result_file.read_text()
+    assert f"Slurm job {task} CANCELLED" in (out / "index.html").read_text()
+    capsys.readouterr()
+    assert main(["run", str(exp), *SMALL, "--resume", "--backend", "slurm", "--workers", "2", "--output", str(out),
+                 "--no-progress"]) == 0
+    got = records(out, "expert")
+    assert sorted(got) == list(range(10))
+    assert json.loads((out / "expert" / "run_status.json").read_text())["state"] == "completed"
+
+
+def test_a_task_killed_for_memory_shows_slurms_reason(slurm_cluster, tmp_path: Path) -> None:
+    exp = write(tmp_path, {"expert": EXPERT}, 2, name="slurm_oom")
+    out = tmp_path / "out"
+    assert main(["run", str(exp), "--backend", "slurm", "--workers", "1", "--output", str(out), "--no-progress",
+                 "slurm.mem=40M", *SMALL]) == 1
+    status = json.loads((out / "expert" / "run_status.json").read_text())
+    # With cgroups Slurm says OUT_OF_MEMORY; the local cluster (OverMemoryKill, no cgroups) says FAILED and writes
+    # "Exceeded job memory limit" into the task's log: either way the reason names the job and the memory.
+    reason = status["reason"]
+    assert status["state"] == "failed" and "Slurm job " in reason, status
+    assert "OUT_OF_MEMORY" in reason or "Exceeded job memory limit" in reason, reason
+    assert reason.split("; ")[1] in (out / "experiment_result.json").read_text()
+    assert "memory" in (out / "index.html").read_text()
