@@ -18,12 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from evalfleet.sim.base import StepResult
 from evalfleet.sim.libero_tasks import CAMERAS, configure_libero, get_task, init_states
-from evalfleet.sim.mujoco_env import MujocoEnvironment
 from evalfleet.sim.noise import RobotNoise
 from evalfleet.sim.rendering import RendererCache
-from evalfleet.sim.robosuite_env import import_robosuite, seeded_global_numpy
+from evalfleet.sim.robosuite_env import RobosuiteBase, import_robosuite, seeded_global_numpy
 
 if TYPE_CHECKING:
     from evalfleet.sim.libero_spec import LiberoOptions
@@ -49,7 +47,7 @@ def make_control_env(bddl_file: str) -> Any:
         )
 
 
-class LiberoEnvironment(MujocoEnvironment):
+class LiberoEnvironment(RobosuiteBase):
     reset_takes_episode = True  # the runner passes the plan's episode index: it picks the initial state
 
     def __init__(self, options: LiberoOptions):
@@ -67,14 +65,6 @@ class LiberoEnvironment(MujocoEnvironment):
         self._steps = 0
         self._noise = RobotNoise()
 
-    @property
-    def model(self) -> Any:
-        return self.env.sim.model._model
-
-    @property
-    def data(self) -> Any:
-        return self.env.sim.data._data
-
     def init_state_index(self, episode: int) -> int:
         return int(episode) % len(self.init_states)
 
@@ -82,9 +72,7 @@ class LiberoEnvironment(MujocoEnvironment):
     def reset(self, seed: int, variations: dict[str, Any], episode: int = 0) -> dict[str, Any]:
         with seeded_global_numpy(seed):
             self.env.reset()
-        for robot in self.env.robots:
-            if getattr(robot, "has_gripper", False):
-                robot.gripper.current_action = np.zeros(robot.gripper.dof)
+        self.zero_gripper_commands()
         obs = self.env.set_init_state(self.init_states[self.init_state_index(episode)])
         for _ in range(self.options.settle_steps):
             obs, _reward, _done, _info = self.env.step(NOOP)
@@ -92,15 +80,8 @@ class LiberoEnvironment(MujocoEnvironment):
         self._noise.reset(seed, variations)
         return self._observation(obs)
 
-    def step(self, action: np.ndarray) -> StepResult:
-        action = np.asarray(action, dtype=np.float64).reshape(self.action_dim)
-        action = self._noise.action(action)
-        action = np.clip(action, self.action_low, self.action_high)
-        obs, reward, _done, _info = self.env.step(action)
-        self._steps += 1
-        success = bool(self.env.check_success())
-        done = success or self._steps >= self.max_steps
-        return StepResult(self._observation(obs), success, done, {"steps": self._steps, "reward": float(reward)})
+    def succeeded(self) -> bool:
+        return bool(self.env.check_success())  # the task's BDDL goal
 
     def _observation(self, obs: dict[str, Any]) -> dict[str, Any]:
         state = np.concatenate([np.asarray(obs[k], dtype=np.float64).reshape(-1) for k in STATE_KEYS])

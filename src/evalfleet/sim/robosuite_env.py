@@ -74,7 +74,41 @@ def make_robosuite_env(options: RobosuiteOptions) -> Any:
         )
 
 
-class RobosuiteEnvironment(MujocoEnvironment):
+class RobosuiteBase(MujocoEnvironment):
+    """What robosuite's adapter and LIBERO's (a robosuite env underneath) share: the model and data of its
+    MjSim, the gripper commands zeroed at a reset, and a step (noise, clipped to the bounds, the
+    benchmark's own success check)."""
+
+    @property
+    def model(self) -> Any:
+        return self.env.sim.model._model
+
+    @property
+    def data(self) -> Any:
+        return self.env.sim.data._data
+
+    def zero_gripper_commands(self) -> None:
+        """robosuite 1.4 keeps a gripper's command (Panda's accumulates) across soft resets: an episode
+        that ended with the gripper closed would start the next one closing it."""
+        for robot in self.env.robots:
+            if getattr(robot, "has_gripper", False):
+                robot.gripper.current_action = np.zeros(robot.gripper.dof)
+
+    def succeeded(self) -> bool:
+        raise NotImplementedError
+
+    def step(self, action: np.ndarray) -> StepResult:
+        action = np.asarray(action, dtype=np.float64).reshape(self.action_dim)
+        action = self._noise.action(action)
+        action = np.clip(action, self.action_low, self.action_high)
+        obs, reward, _done, _info = self.env.step(action)
+        self._steps += 1
+        success = self.succeeded()
+        done = success or self._steps >= self.max_steps
+        return StepResult(self._observation(obs), success, done, {"steps": self._steps, "reward": float(reward)})
+
+
+class RobosuiteEnvironment(RobosuiteBase):
     def __init__(self, options: RobosuiteOptions, instruction: str):
         self.options = options
         self.task = options.task
@@ -89,37 +123,18 @@ class RobosuiteEnvironment(MujocoEnvironment):
         self._steps = 0
         self._noise = RobotNoise()
 
-    @property
-    def model(self) -> Any:
-        return self.env.sim.model._model
-
-    @property
-    def data(self) -> Any:
-        return self.env.sim.data._data
-
     # -- episode ---------------------------------------------------------------------------------
     def reset(self, seed: int, variations: dict[str, Any]) -> dict[str, Any]:
         self._physics.apply(self.model, variations)  # nominal first, then this episode's scales
         with seeded_global_numpy(seed):
             obs = self.env.reset()
-        for robot in self.env.robots:
-            # robosuite 1.4 keeps a gripper's command (Panda's accumulates) across soft resets: an
-            # episode that ended with the gripper closed would start the next one closing it.
-            if getattr(robot, "has_gripper", False):
-                robot.gripper.current_action = np.zeros(robot.gripper.dof)
+        self.zero_gripper_commands()
         self._steps = 0
         self._noise.reset(seed, variations)
         return self._observation(obs)
 
-    def step(self, action: np.ndarray) -> StepResult:
-        action = np.asarray(action, dtype=np.float64).reshape(self.action_dim)
-        action = self._noise.action(action)
-        action = np.clip(action, self.action_low, self.action_high)
-        obs, reward, _done, _info = self.env.step(action)
-        self._steps += 1
-        success = bool(self.env._check_success())
-        done = success or self._steps >= self.max_steps
-        return StepResult(self._observation(obs), success, done, {"steps": self._steps, "reward": float(reward)})
+    def succeeded(self) -> bool:
+        return bool(self.env._check_success())
 
     def _observation(self, obs: dict[str, Any]) -> dict[str, Any]:
         parts = [np.asarray(obs["object-state"], dtype=np.float64).reshape(-1)] if "object-state" in obs else []
