@@ -262,9 +262,10 @@ wait_idle() {
 
 our_steps() {
   # slurmstepd processes of this cluster's slurmd (their environment names our SLURM_CONF).
-  local p
+  local p exe
+  exe="$(readlink -f "$(command -v slurmstepd || echo /usr/sbin/slurmstepd)")" # Debian: slurmstepd-wlm
   for p in /proc/[0-9]*; do
-    [ "$(readlink "$p/exe" 2>/dev/null)" = /usr/sbin/slurmstepd ] || continue
+    [ "$(readlink "$p/exe" 2>/dev/null)" = "$exe" ] || continue
     tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qx "SLURM_CONF=$SLURM_CONF" && echo "${p#/proc/}"
   done
   return 0
