@@ -9,7 +9,8 @@
 #   scripts/slurm-local.sh env      print `export SLURM_CONF=...` (the commands need it: eval "$(... env)")
 #
 # Everything (configs, state, logs, sockets but munge's, the MariaDB data) lives under
-# ${EVALFLEET_SLURM_STATE:-/tmp/evalfleet-slurm}; nothing is written to /etc. Exit status 3 means "cannot start here" (not root, apt unreachable): tests skip on it.
+# ${EVALFLEET_SLURM_STATE:-/tmp/evalfleet-slurm}; apt aside, nothing is written to /etc. Exit status 3 means
+# "cannot start here" (not root, apt unreachable): the tests skip on it.
 set -euo pipefail
 
 STATE="${EVALFLEET_SLURM_STATE:-/tmp/evalfleet-slurm}"
@@ -197,7 +198,8 @@ start_mariadb() {
   if [ ! -d "$STATE/mysql/mysql" ]; then
     mkdir -p "$STATE/mysql" && chown mysql:mysql "$STATE/mysql"
     mariadb-install-db --no-defaults --user=mysql --datadir="$STATE/mysql" --skip-test-db \
-      >"$LOG/mariadb-install-db.log" 2>&1 || { tail -n 20 "$LOG/mariadb-install-db.log" >&2; die "mariadb-install-db failed"; }
+      >"$LOG/mariadb-install-db.log" 2>&1 ||
+      { tail -n 20 "$LOG/mariadb-install-db.log" >&2; die "mariadb-install-db failed"; }
     fresh=1
   fi
   chown mysql:mysql "$RUN" "$LOG" 2>/dev/null || true
@@ -241,7 +243,7 @@ node_idle() {
   local state
   state="$(sinfo -h -n "$NODE" -o %T 2>/dev/null | head -n 1)"
   case "$state" in
-    idle | mixed | allocated) return 0 ;;
+    idle | mixed | allocated | completing) return 0 ;;
     down* | drain* | fail*) scontrol update nodename="$NODE" state=resume >/dev/null 2>&1 || true ;;
   esac
   return 1
