@@ -5,7 +5,8 @@ It "runs" episodes 0..N-1: each episode is --steps env steps of --step-delay sec
 resumes where the last attempt stopped. It reports progress with the real HeartbeatWriter (EVALFLEET_HEARTBEAT).
 
 Faults fire at episode --fault-at on the attempts in --fault-attempts ("1", "1,2" or "all"):
-  --spin          keep stepping (heartbeat progress goes on) but never finish the episode: a test kills/stops it
+  --spin          keep stepping, one step per --spin-delay s (heartbeat progress goes on), but never finish the
+                  episode: a test kills/stops it
   --hang sleep    stop stepping and sleep forever (no more progress)
   --hang stop     SIGSTOP itself
   --crash exit    os._exit(3) before the episode is logged
@@ -49,6 +50,7 @@ def main() -> int:
     p.add_argument("--shard", default="shard-0")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--step-delay", type=float, default=0.01)
+    p.add_argument("--spin-delay", type=float, default=0.01)
     p.add_argument("--beat-interval", type=float, default=0.05)
     p.add_argument("--fault-at", type=int, default=None)
     p.add_argument("--fault-attempts", default="1")
@@ -94,7 +96,7 @@ def main() -> int:
                     while True:
                         steps += 1
                         hb.beat(steps=steps, episodes=finished, state="running")
-                        time.sleep(args.step_delay)
+                        time.sleep(args.spin_delay)
                 if args.hang == "stop":
                     os.kill(os.getpid(), signal.SIGSTOP)
                 elif args.hang == "sleep":
@@ -107,7 +109,8 @@ def main() -> int:
             for _ in range(args.steps):
                 steps += 1
                 hb.beat(steps=steps, episodes=finished, state="running")
-                time.sleep(args.step_delay)
+                if args.step_delay:
+                    time.sleep(args.step_delay)
             log.write(json.dumps({"episode": episode, "attempt": attempt, "pid": os.getpid()}) + "\n")
             log.flush()
             finished += 1

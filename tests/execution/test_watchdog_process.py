@@ -134,7 +134,9 @@ def test_a_crashing_runner_is_relaunched(tmp_path, crash, outcome, reason):
 def test_sigstop_hang_is_detected_as_stalled_and_restarted(tmp_path):
     """(b) SIGSTOP of the runner: the watchdog sees no progress, stops the group, relaunches, completes."""
     log, marker, status_file = tmp_path / "log.jsonl", tmp_path / "marker.json", tmp_path / "status.json"
-    cmd = runner_cmd(log, "--fault-at", "2", "--spin", "--marker", str(marker), episodes=5)
+    # Healthy episodes take no time (--step-delay 0) and the spin beats on until the SIGSTOP: only the stop is a
+    # stall, however slow a step is on this machine.
+    cmd = runner_cmd(log, "--fault-at", "2", "--spin", "--marker", str(marker), "--step-delay", "0", episodes=5)
     proc, out, err = start_cli(
         tmp_path, "--startup-timeout", "30", "--stall-timeout", "2", "--poll", "0.1", "--term-grace", "2",
         "--backoff", "0.05", "--status-file", str(status_file), cmd=cmd,
@@ -163,8 +165,9 @@ def test_sigstop_hang_is_detected_as_stalled_and_restarted(tmp_path):
 def test_a_runner_ignoring_sigterm_is_killed_after_the_grace(tmp_path):
     log = tmp_path / "log.jsonl"
     cfg = WatchdogConfig(**{**FAST, "stall_timeout": 1.0, "term_grace": 0.3})
-    result = supervise(runner_cmd(log, "--fault-at", "1", "--hang", "sleep", "--ignore-term"), tmp_path / "hb.json",
-                       cfg, log=lambda _: None)
+    # The stall is real (the runner sleeps for good at episode 1); healthy episodes take no time (--step-delay 0).
+    cmd = runner_cmd(log, "--fault-at", "1", "--hang", "sleep", "--ignore-term", "--step-delay", "0")
+    result = supervise(cmd, tmp_path / "hb.json", cfg, log=lambda _: None)
     assert result.state == "completed" and result.restarts == 1
     first = result.attempts[0]
     assert first["outcome"] == "stalled" and first["exit_code"] == -signal.SIGKILL
@@ -323,6 +326,7 @@ def test_the_rollout_runners_heartbeat_writer_is_understood(tmp_path):
         "from evalfleet.rollout.heartbeat import HeartbeatWriter\n"
         "hb = HeartbeatWriter(os.environ['EVALFLEET_HEARTBEAT'], 'run/0', min_interval=0.05)\n"
         "hb.beat(state='starting')\n"
+        "hb.advance(steps=1)\n"  # written with the state change below: 'running' is first seen with steps > 0
         "hb.beat(state='running')\n"
         "for _ in range(20):\n"
         "    hb.advance(steps=1); time.sleep(0.02)\n"
