@@ -149,7 +149,8 @@ def test_a_standby_that_died_before_its_release_is_replaced_by_a_started_runner(
         root = {str(tmp_path)!r}
         standby = StandbyRunner(root + "/worker.log", main)
         os.kill(standby.pid, signal.SIGKILL)
-        time.sleep(0.2)
+        while open(f"/proc/{{standby.pid}}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+            time.sleep(0.01)  # dead (a zombie until its release reaps it), however long the kill takes to land
         lines = []
         with open(root + "/worker.log", "ab") as log:
             result = supervise([sys.executable, "-m", "evalfleet.cli", "runner", root + "/exp.yaml", "--output",
