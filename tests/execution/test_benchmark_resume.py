@@ -23,7 +23,7 @@ pytest.importorskip("gym_aloha")
 pytestmark = pytest.mark.slow
 
 SIM_TESTS = Path(__file__).resolve().parents[1] / "sim"  # sim_digest_policy lives there
-DIGEST = {"type": "test_observation_digest", "delay_s": 0.005}  # slow enough to be killed midway
+DIGEST = {"type": "test_observation_digest"}
 RUNS = {
     "pusht_noisy": {
         "environment": {"type": "pusht", "obs_type": "state", "max_steps": 30, "actions": "normalized"},
@@ -59,6 +59,13 @@ RUNS = {
 TOTAL = sum(r["rollout_limit"]["num_episodes"] for r in RUNS.values())
 
 
+def _runs(gate: Path) -> dict:
+    """RUNS, where every runner process finishes 2 episodes, then waits at step 2 of its next one until the test
+    releases `gate` (sim_digest_policy's gate): the SIGKILL always lands midway through an episode, on any machine."""
+    return {name: {**run, "policy": {**DIGEST, "gate": str(gate), "after_episodes": 2, "at_step": 2}}
+            for name, run in RUNS.items()}
+
+
 def _env(digests: Path) -> dict[str, str]:
     digests.mkdir(exist_ok=True)
     env = plugin_env(EVALFLEET_DIGEST_DIR=str(digests), EVALFLEET_PLUGINS="sim_digest_policy")
@@ -88,8 +95,9 @@ def _records_so_far(out: Path) -> int:
 def _wait_for(predicate, timeout: float = 120.0, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if predicate():
-            return
+        value = predicate()
+        if value:
+            return value
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
 
@@ -102,20 +110,17 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _runner_pids(out: Path) -> list[int]:
-    import json
-
-    pids = []
-    for beat in (out / ".evalfleet").glob("worker-*.heartbeat"):
-        try:
-            pids.append(int(json.loads(beat.read_text())["pid"]))
-        except (OSError, ValueError, KeyError):
-            pass
-    return pids
+def _all_at_gate(gate: Path, workers: int) -> list[int] | None:
+    """The pids of the runner processes waiting at the gate, once `workers` of them are."""
+    pids = [int(p.name.split(".")[0]) for p in gate.glob("*.waiting")]
+    return pids if len(pids) == workers else None
 
 
 def test_sigkill_midway_then_resume_gives_the_uninterrupted_results(write_experiment, tmp_path):
-    experiment = write_experiment(RUNS)
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    experiment = write_experiment(_runs(gate))
+    (gate / "release").touch()  # the uninterrupted run passes the gate
     reference_out = tmp_path / "reference"
     proc = run_evalfleet("run", str(experiment), "--output", str(reference_out), "--workers", "1",
                          "--no-progress", env=_env(tmp_path / "d_reference"))
@@ -127,14 +132,15 @@ def test_sigkill_midway_then_resume_gives_the_uninterrupted_results(write_experi
     assert len({expected[("cartpole", i)][1:4] for i in range(6)}) > 1
     assert len(set(expected_digests.values())) == len(expected_digests)
 
+    (gate / "release").unlink()  # the run to kill waits there
     out, digests = tmp_path / "killed", tmp_path / "d_killed"
     env = _env(digests)
     killed = subprocess.Popen(evalfleet_cmd("run", str(experiment), "--output", str(out), "--workers", "2",
                                             "--shard-size", "2", "--no-progress"),
                               env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_for(lambda: _records_so_far(out) >= 3, what="a few records")
-        pids = _runner_pids(out)
+        # Both workers have finished 2 episodes each and wait midway through their next one.
+        pids = _wait_for(lambda: _all_at_gate(gate, 2), what="both workers at the gate")
         killed.send_signal(signal.SIGKILL)
         killed.wait()
     finally:
@@ -142,6 +148,9 @@ def test_sigkill_midway_then_resume_gives_the_uninterrupted_results(write_experi
             killed.kill()
             killed.wait()
     assert 3 <= _records_so_far(out) < TOTAL
+    # The orphaned runners go on from the gate, notice their supervisor is gone and stop on their own; the
+    # resumed run (same Experiment, same gate) passes it.
+    (gate / "release").touch()
     _wait_for(lambda: not any(_alive(p) for p in pids), timeout=30, what="orphaned runners to stop")
 
     done = run_evalfleet("run", "--resume", "--output", str(out), "--workers", "2", "--no-progress", env=env)
