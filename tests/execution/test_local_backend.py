@@ -16,10 +16,10 @@ from evalfleet_testkit import evalfleet_cmd, metaworld_run, plugin_env, results_
 
 pytestmark = pytest.mark.slow
 
-SLOW = {"type": "test_slow_expert", "delay_s": 0.01}
+EXPERT = {"type": "metaworld_expert"}
 
 
-def _experiment(write_experiment, policy=SLOW, episodes=8):
+def _experiment(write_experiment, policy=EXPERT, episodes=8):
     return write_experiment({
         "reach": metaworld_run("reach-v3", episodes=episodes, policy=policy),
         "push_noisy": metaworld_run("push-v3", episodes=episodes, policy=policy, variations={
@@ -29,14 +29,14 @@ def _experiment(write_experiment, policy=SLOW, episodes=8):
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """An uninterrupted run of the slow-expert experiment, on one worker."""
+    """An uninterrupted run of the expert experiment, on one worker."""
     tmp = tmp_path_factory.mktemp("reference")
     import yaml
 
     path = tmp / "exp.yaml"
     path.write_text(yaml.safe_dump({"name": "test", "seed": 0, "runs": {
-        "reach": metaworld_run("reach-v3", episodes=8, policy=SLOW),
-        "push_noisy": metaworld_run("push-v3", episodes=8, policy=SLOW, variations={
+        "reach": metaworld_run("reach-v3", episodes=8, policy=EXPERT),
+        "push_noisy": metaworld_run("push-v3", episodes=8, policy=EXPERT, variations={
             "robot.action_noise": {"enabled": True, "distribution": "uniform", "low": 0.0, "high": 0.6}}),
     }}))
     out = tmp / "out"
