@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -65,17 +66,47 @@ def test_every_dry_run_script_passes_sbatch_test_only(slurm_cluster, tmp_path: P
         assert proc.returncode == 0 and "to start at" in proc.stderr, (script.name, proc.stderr)
 
 
-def test_run_on_slurm_gives_the_records_local_gives(slurm_cluster, tmp_path: Path) -> None:
-    exp = write(tmp_path, {"expert": EXPERT, "served": SERVED}, 4)
+def part_lines(out: Path, run: str) -> int:
+    return sum(p.read_text().count("\n") for p in (out / run / "parts").glob("*.jsonl"))
+
+
+def requeue_midway(out: Path, errors: list[BaseException]) -> None:
+    """Once the served Run has records, `scontrol requeue` its server's job; once the expert Run has, requeue
+    array task 1 (a running task: Slurm stops it and starts it again with SLURM_RESTART_COUNT=1)."""
+    try:
+        paths = SlurmPaths(out.absolute())
+        wait_for(lambda: paths.jobs.exists() and (out / "served" / "parts").is_dir() and part_lines(out, "served") >= 2,
+                 300, "the served Run's first records")
+        jobs = read_jobs(paths)
+        subprocess.run(["scontrol", "requeue", *jobs["server_jobs"].values()], check=True)
+        wait_for(lambda: part_lines(out, "expert") >= 3, 300, "the expert Run's records")
+        subprocess.run(["scontrol", "requeue", f"{jobs['runners']}_1"], check=True)
+    except BaseException as exc:  # noqa: BLE001 - re-raised by the test's thread
+        errors.append(exc)
+
+
+def test_run_on_slurm_gives_the_records_local_gives_through_requeues(slurm_cluster, tmp_path: Path) -> None:
+    """Must-show 1 and 2: two Runs (one served) on Slurm and locally, identical per-episode records; on Slurm
+    the server's job and a running array task are requeued midway: resumed, nothing lost or duplicated, the
+    episodes the server's outage hit are retried (no failure, no error left)."""
+    exp = write(tmp_path, {"expert": EXPERT, "served": SERVED}, 6)
     on_slurm, local = tmp_path / "slurm", tmp_path / "local"
-    assert main(["run", str(exp), "--backend", "slurm", "--workers", "2", "--output", str(on_slurm), "--no-progress",
-                 *SMALL]) == 0
+    errors: list[BaseException] = []
+    helper = threading.Thread(target=requeue_midway, args=(on_slurm, errors))
+    helper.start()
+    code = main(["run", str(exp), *SMALL, "--backend", "slurm", "--workers", "2", "--output", str(on_slurm),
+                 "--no-progress"])
+    helper.join()
+    assert not errors, errors
+    assert code == 0
     assert main(["run", str(exp), "--workers", "2", "--output", str(local), "--no-progress"]) == 0
     for run in ("expert", "served"):
         assert records(on_slurm, run) == records(local, run)
-        assert len(records(on_slurm, run)) == 4
-    jobs = read_jobs(SlurmPaths(on_slurm.absolute()))
-    assert set(jobs["server_jobs"]) == {"served-server"} and jobs["workers"] == 2
+        assert len(records(on_slurm, run)) == 6
+    paths = SlurmPaths(on_slurm.absolute())
+    jobs = read_jobs(paths)
+    assert "restart 1" in paths.runner_log(1).read_text()  # the requeued task ran again
+    assert "restarted at a new address" in paths.runner_log(0).read_text() + paths.runner_log(1).read_text()
     states = subprocess.run(["sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j", jobs["runners"]],
                             capture_output=True, text=True, check=True).stdout.split()
     assert states == [f"{jobs['runners']}_0|COMPLETED", f"{jobs['runners']}_1|COMPLETED"]

@@ -33,6 +33,14 @@ class SlurmBackend(BackendBase):
         for name in ("sbatch", "squeue", "scancel"):
             executable(name)
 
+    def check_experiment(self, loaded: Any) -> None:
+        """What `evalfleet run` refuses before the output folder exists: the slurm.* settings, servers bound to
+        the node's address without a key."""
+        from evalfleet.execution.slurm.render import check_servers
+
+        slurm_settings(loaded)
+        check_servers(loaded)
+
     def open(self) -> int:
         return self.workers or WORKERS_CAP  # shards are planned for this many array tasks (slurm.workers caps it)
 

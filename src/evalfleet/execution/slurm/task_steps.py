@@ -31,6 +31,8 @@ from evalfleet.experiment.plan import Plan
 from evalfleet.layout import EXPERIMENT_FILE, server_log_path
 
 POLL_S = 1.0
+REWIRE_GRACE_S = 10.0
+EXIT_REWIRE = 75  # the wire step's exit when a server moved: the watchdog relaunches it (EX_TEMPFAIL)
 
 
 def _server_plans(loaded: Any) -> dict[str, Any]:
@@ -82,10 +84,11 @@ def serve(out: Path, server: str) -> int:
     return 0
 
 
-def read_address(path: Path) -> tuple[str, int] | None:
+def read_address(path: Path) -> tuple[str, int, str] | None:
+    """(host, port, instance) of a published server; `instance` changes when its job restarts."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-        return str(doc["host"]), int(doc["port"])
+        return str(doc["host"]), int(doc["port"]), f"{doc.get('job')}.{doc.get('restart')}"
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -103,26 +106,52 @@ def wired_document(out: Path, addresses: dict[str, tuple[str, int]]) -> dict[str
     return {**document, "runs": runs}
 
 
+def _addresses(paths: SlurmPaths, servers: list[str]) -> dict[str, tuple[str, int, str]]:
+    return {s: a for s in servers if (a := read_address(paths.server_address(s))) is not None}
+
+
 def wire(out: Path, task: str, servers: list[str], wait_s: float, argv: list[str]) -> int:
-    """Wait for every server's address, write this task's wired Experiment, exec the runner (`argv`)."""
+    """Wait for every server's address, write this task's wired Experiment, run the runner (`argv`) and pass on
+    its exit code. A server whose job restarts publishes a new address: the runner is stopped (between
+    episodes; the one the outage hit is an infrastructure error, retried) and this step exits
+    EXIT_REWIRE, so the watchdog starts it again, wired to the new address."""
+    import subprocess
+
     paths = SlurmPaths(out)
     deadline = time.monotonic() + wait_s
-    addresses: dict[str, tuple[str, int]] = {}
-    while True:
-        addresses = {s: a for s in servers if (a := read_address(paths.server_address(s))) is not None}
-        if len(addresses) == len(servers):
-            break
+    while len(addresses := _addresses(paths, servers)) < len(servers):
         if time.monotonic() >= deadline:
             missing = ", ".join(s for s in servers if s not in addresses)
             print(f"evalfleet: no address from the server job(s) {missing} after {wait_s:g} s"
                   f" (slurm.server_wait_s; see {paths.logs}/server-*.log)", file=sys.stderr, flush=True)
             return 1
         time.sleep(POLL_S)
-    write_atomic(paths.wired(task), yaml.safe_dump(wired_document(out, addresses), sort_keys=False))
-    print("evalfleet: servers " + ", ".join(f"{s} at {h}:{p}" for s, (h, p) in addresses.items()), flush=True)
-    sys.stdout.flush()
-    os.execvp(argv[0], argv)
-    return 0  # not reached
+    wired = {s: (h, p) for s, (h, p, _) in addresses.items()}
+    write_atomic(paths.wired(task), yaml.safe_dump(wired_document(out, wired), sort_keys=False))
+    print("evalfleet: servers " + ", ".join(f"{s} at {h}:{p}" for s, (h, p) in wired.items()), flush=True)
+    stopping: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):  # the watchdog signals the group: the runner stops itself
+        signal.signal(sig, lambda signum, _frame: stopping.append(signum))
+    child = subprocess.Popen(argv)
+    while True:
+        try:
+            return child.wait(timeout=POLL_S)
+        except subprocess.TimeoutExpired:
+            pass
+        if stopping:
+            continue
+        now = _addresses(paths, servers)
+        moved = [s for s in servers if s in now and now[s][2] != addresses[s][2]]
+        if moved:
+            print(f"evalfleet: server {', '.join(moved)} restarted at a new address: restarting the runner",
+                  flush=True)
+            child.terminate()
+            try:
+                child.wait(timeout=REWIRE_GRACE_S)
+            except subprocess.TimeoutExpired:  # e.g. inside its client's reconnect loop: it keeps what finished
+                child.kill()
+                child.wait()
+            return EXIT_REWIRE
 
 
 def claimed_by(paths: SlurmPaths, plan: Plan, worker: int) -> list[Any]:
