@@ -19,6 +19,7 @@ CANNOT_START = 3  # the script's exit status for "cannot start here"
 class SlurmCluster:
     state: Path
     conf: Path
+    timeout_probe: str  # a job with --time=1 submitted at start: TIMEOUT 60-90 s later, while other tests run
     partition: str = "debug"
 
 
@@ -46,8 +47,13 @@ def slurm_cluster():
         pytest.fail(f"scripts/slurm-local.sh start failed ({started.returncode}):\n{started.stdout}\n{started.stderr}")
     previous = os.environ.get("SLURM_CONF")
     os.environ["SLURM_CONF"] = str(conf)
+    probe = subprocess.run(
+        ["sbatch", "--parsable", "--time=1", "--job-name=evalfleet-timeout-probe", f"--chdir={state}",
+         "--output=/dev/null", "--wrap", "exec sleep 600"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout.strip().split(";")[0]
     try:
-        yield SlurmCluster(state=state, conf=conf)
+        yield SlurmCluster(state=state, conf=conf, timeout_probe=probe)
     finally:
         if previous is None:
             os.environ.pop("SLURM_CONF", None)

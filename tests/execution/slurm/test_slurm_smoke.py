@@ -2,10 +2,11 @@
 `sbatch --test-only`, `scontrol requeue` of a running job, and how a time limit and a memory limit show in sacct.
 
 Found here (Slurm 22.05, jobacct_gather/linux, task/none): a job past its time limit is TIMEOUT in sacct, but time
-limits are whole minutes and slurmctld checks them every 30 s, so it takes 60-90 s (the job is submitted first and
-checked last, while the others run). A job over --mem is killed within ~1 s by OverMemoryKill, but sacct says
-FAILED with exit code 0:9 (its batch step CANCELLED), not OUT_OF_MEMORY (that needs task/cgroup's OOM events); the
-reason is in the job's output: "Exceeded job memory limit"."""
+limits are whole minutes and slurmctld checks them every 30 s, so it takes 60-90 s (the slurm_cluster fixture
+submits that job when the cluster comes up; it is checked last, while the other tests run). A job over --mem is
+killed within ~1 s by OverMemoryKill, but sacct says FAILED with exit code 0:9 (its batch step CANCELLED), not
+OUT_OF_MEMORY (that needs task/cgroup's OOM events); the reason is in the job's output: "Exceeded job memory
+limit"."""
 
 from __future__ import annotations
 
@@ -73,18 +74,6 @@ def jobs():
         subprocess.run(["scancel", *submitted], capture_output=True, timeout=60, check=False)
 
 
-@pytest.fixture(scope="module")
-def timeout_job(slurm_cluster, tmp_path_factory) -> str:
-    """Submitted when the module starts (a time limit takes 60-90 s to fire), checked by the last test."""
-    folder = tmp_path_factory.mktemp("slurm-timeout")
-    return _sbatch("--time=1", f"--chdir={folder}", "--output=out.txt", "--wrap", "echo started; exec sleep 600")
-
-
-@pytest.fixture(autouse=True)
-def _start_timeout_job_first(timeout_job):
-    return timeout_job
-
-
 def test_array_with_throttle_runs_every_task_and_sacct_reports_completed(slurm_cluster, jobs, tmp_path):
     # Each task blocks until the test creates `go`, so the throttle can be seen holding the third one back.
     job = _sbatch("--array=0-2%2", f"--chdir={tmp_path}", "--output=task-%a.out", "--wrap",
@@ -145,8 +134,9 @@ def test_a_job_over_its_memory_is_killed_and_sacct_says_failed_by_signal_9(slurm
     print(f"memory kill: sacct {state} {code} after {took:.1f}s")
 
 
-def test_a_job_past_its_time_limit_is_timeout_in_sacct(timeout_job):
-    ended = _wait_done(timeout_job)
-    assert ended[timeout_job][0] == "TIMEOUT", ended
-    elapsed = _run("sacct", "-n", "-P", "-X", "-j", timeout_job, "-o", "ElapsedRaw").split()
+def test_a_job_past_its_time_limit_is_timeout_in_sacct(slurm_cluster):
+    job = slurm_cluster.timeout_probe  # submitted when the cluster came up (--time=1, sleeps 600 s)
+    ended = _wait_done(job)
+    assert ended[job][0] == "TIMEOUT", ended
+    elapsed = _run("sacct", "-n", "-P", "-X", "-j", job, "-o", "ElapsedRaw").split()
     print(f"time limit 1 min: TIMEOUT after {elapsed[0]}s")
