@@ -184,7 +184,7 @@ start_munge() {
   # The socket stays at munge's default path: sacctmgr/sacct's connection to slurmdbd ignores AuthInfo=socket=.
   mkdir -p /run/munge && chown munge:munge /run/munge && chmod 755 /run/munge
   runuser -u munge -- munged --force --key-file="$STATE/munge/munge.key" --pid-file="$STATE/munge/munged.pid" \
-    --log-file="$STATE/munge/munged.log" --seed-file="$STATE/munge/munged.seed"
+    --log-file="$STATE/munge/munged.log" --seed-file="$STATE/munge/munged.seed" 9>&-
   wait_for "munged's pid file" 20 test -s "$STATE/munge/munged.pid"
   cp "$STATE/munge/munged.pid" "$RUN/munged.pid"
   wait_for "munged to answer" 20 sh -c "munge -n | unmunge"
@@ -208,7 +208,7 @@ start_mariadb() {
   mariadbd --no-defaults --user=mysql --datadir="$STATE/mysql" --socket="$RUN/mysqld.sock" \
     --pid-file="$RUN/mysqld.pid" --log-error="$LOG/mariadb.log" --bind-address=127.0.0.1 --port="$DB_PORT" \
     --innodb-buffer-pool-size=128M --innodb-lock-wait-timeout=900 --innodb-log-file-size=64M \
-    --max-allowed-packet=16M >/dev/null 2>&1 &
+    --max-allowed-packet=16M >/dev/null 2>&1 9>&- &
   WATCH="$RUN/mysqld.pid" wait_for "mariadbd to answer on $RUN/mysqld.sock" 60 mysql_root -e "SELECT 1"
   if ((fresh)); then
     local pass
@@ -226,7 +226,7 @@ EOF
 
 start_slurmdbd() {
   pid_alive "$RUN/slurmdbd.pid" && return 0
-  slurmdbd
+  slurmdbd 9>&- # the daemons must not keep the lock (fd 9) open
   WATCH="$RUN/slurmdbd.pid" wait_for "slurmdbd to answer (sacctmgr)" 60 timeout 10 sacctmgr -n list cluster
   if ! sacctmgr -n -P list cluster format=cluster | grep -qx "$CLUSTER"; then
     sacctmgr -i add cluster "$CLUSTER" >/dev/null
@@ -234,9 +234,9 @@ start_slurmdbd() {
 }
 
 start_slurm() {
-  pid_alive "$RUN/slurmctld.pid" || slurmctld
+  pid_alive "$RUN/slurmctld.pid" || slurmctld 9>&-
   WATCH="$RUN/slurmctld.pid" wait_for "slurmctld to answer (scontrol ping)" 60 sh -c 'scontrol ping | grep -q UP'
-  pid_alive "$RUN/slurmd.pid" || slurmd
+  pid_alive "$RUN/slurmd.pid" || slurmd 9>&-
 }
 
 node_idle() {
@@ -316,8 +316,6 @@ cmd_stop() {
 }
 
 cmd_start() {
-  [ "$(id -u)" -eq 0 ] || cannot "needs root (it installs packages and runs the daemons as root)"
-  mkdir -p "$STATE"
   if pid_alive "$RUN/slurmctld.pid" && cluster_answers && node_idle; then
     say "reusing the running cluster ($STATE)"
     return 0
@@ -332,9 +330,15 @@ cmd_start() {
   say "up: cluster $CLUSTER, node $NODE, partition debug (export SLURM_CONF=$SLURM_CONF)"
 }
 
+# One start or stop at a time (two test sessions may start it together).
+lock() { mkdir -p "$STATE" && exec 9>"$STATE/lock" && flock -w 900 9 || die "cannot lock $STATE/lock"; }
+
 case "${1:-}" in
-  start) cmd_start ;;
-  stop) cmd_stop ;;
+  start)
+    [ "$(id -u)" -eq 0 ] || cannot "needs root (it installs packages and runs the daemons as root)"
+    lock && cmd_start
+    ;;
+  stop) lock && cmd_stop ;;
   status)
     if pid_alive "$RUN/slurmctld.pid" && cluster_answers; then
       sinfo
