@@ -7,7 +7,9 @@ nothing lost or duplicated; a task killed for memory shows with Slurm's OUT_OF_M
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -149,3 +151,25 @@ def test_a_task_killed_for_memory_shows_slurms_reason(slurm_cluster, tmp_path: P
     assert "OUT_OF_MEMORY" in reason or "Exceeded job memory limit" in reason, reason
     assert reason.split("; ")[1] in (out / "experiment_result.json").read_text()
     assert "memory" in (out / "index.html").read_text()
+
+
+def test_ctrl_c_cancels_every_job_and_says_how_to_resume(slurm_cluster, tmp_path: Path) -> None:
+    exp = write(tmp_path, {"expert": EXPERT, "served": SERVED}, 20, name="slurm_interrupt")
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "evalfleet.cli", "run", str(exp), *SMALL, "--backend", "slurm",
+                             "--workers", "2", "--output", str(out), "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: (out / "expert" / "parts").is_dir() and part_lines(out, "expert") >= 1, 300,
+                 "the first records")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    jobs = read_jobs(SlurmPaths(out.absolute()))
+    ids = [jobs["runners"], *jobs["server_jobs"].values()]
+    assert f"slurm: cancelled jobs {jobs['runners']}" in err
+    assert f"Continue with: evalfleet run --resume --backend slurm --output {out}" in err
+    left = subprocess.run(["squeue", "-h", "-o", "%i", "-j", ",".join(ids)], capture_output=True, text=True)
+    assert not [line for line in left.stdout.split() if line.split("_")[0] in ids], left.stdout

@@ -13,7 +13,7 @@ from evalfleet.errors import UserError
 from evalfleet.execution.backends import BACKENDS, BackendBase, ExecutionJob, WorkerResult
 from evalfleet.execution.progress import ProgressTracker, watch_progress
 from evalfleet.execution.slurm.commands import executable, scancel
-from evalfleet.execution.slurm.launch import ArrayWatch, all_jobs, launch
+from evalfleet.execution.slurm.launch import ArrayWatch, all_jobs, cancel, launch
 from evalfleet.execution.slurm.paths import check_output_path
 from evalfleet.execution.slurm.render import WORKERS_CAP, render, slurm_settings
 from evalfleet.execution.slurm.task_steps import worker_results
@@ -53,7 +53,7 @@ class SlurmBackend(BackendBase):
             watch_progress([watch.thread], ProgressTracker.for_plan(job.out, job.plan), job.show_progress)
         except KeyboardInterrupt:
             watch.stop.set()
-            scancel(all_jobs(jobs))
+            cancel(all_jobs(jobs))
             job.log(f"slurm: cancelled jobs {', '.join(all_jobs(jobs))}")
             raise
         finally:

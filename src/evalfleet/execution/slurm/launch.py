@@ -68,6 +68,21 @@ def all_jobs(jobs: dict[str, Any]) -> list[str]:
     return [j for j in [jobs.get("runners"), jobs.get("collect"), *(jobs.get("server_jobs") or {}).values()] if j]
 
 
+def cancel(jobs: list[str], *, wait_s: float = 60.0) -> None:
+    """scancel every job, then wait (at most `wait_s`) until squeue no longer shows them: their runners have
+    stopped, so a `--resume` right after reads every record they kept."""
+    scancel(jobs)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            left = queued(jobs)
+        except (SlurmCommandError, UserError):
+            return
+        if not left:
+            return
+        time.sleep(0.5)
+
+
 class ArrayWatch:
     """A thread that ends when the runner array has left the queue (squeue) and, where there is accounting,
     every task's final state is known (sacct); `states` then holds them (None without accounting)."""
