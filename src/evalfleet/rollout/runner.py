@@ -82,6 +82,37 @@ class _Slot:
     progress: Any = None  # the env's progress for this episode (StepResult.info["progress"]), if it reports one
 
 
+@dataclass
+class _ShardProgress:
+    """What is left of one shard and what it has recorded: the queue of (episode, attempt) to run, and for a
+    `num_steps` Run the step budget left and the next new episode index."""
+
+    outcome: ShardOutcome
+    writer: RecordWriter
+    queue: collections.deque
+    budget_left: int | None  # None: the shard's episodes are a fixed range
+    next_index: int
+
+    def next_episode(self) -> tuple[int, int] | None:
+        """(episode, attempt) to start next, or None when nothing is left."""
+        if self.queue:
+            return self.queue.popleft()
+        if self.budget_left is not None and self.budget_left > 0:
+            self.next_index += 1
+            return (self.next_index - 1, 1)
+        return None
+
+    def recorded(self, slot: _Slot, error: str | None, *, retry: bool) -> None:
+        """Count the record just written for the slot's episode; an error is queued again when `retry`."""
+        self.outcome.recorded += 1
+        if self.budget_left is not None and not error:
+            self.budget_left -= slot.steps
+        if error:
+            self.outcome.errors += 1
+            if retry:
+                self.queue.append((slot.spec.index, slot.attempt + 1))
+
+
 class ShardRunner:
     def __init__(
         self,
@@ -129,146 +160,147 @@ class ShardRunner:
             self._policy = self.make_policy()
 
     def run_shard(self, shard: Shard) -> ShardOutcome:
-        outcome = ShardOutcome(self.plan.name, shard.id)
-        queue = self._pending(shard)
-        budget = None
-        next_index = 0
-        if shard.stop is None:
-            steps_done, next_index = self._budget_steps_done()
-            budget = max(0, (self.plan.num_steps or 0) - steps_done)
+        """Every episode of the shard that is not decided yet (or, for a `num_steps` Run, new episodes until its
+        step budget is spent), `num_envs` at a time, one record line each; stops early when `stop` is set."""
+        queue, budget, next_index = self._todo(shard)
         if not queue and not budget:
-            return outcome
+            return ShardOutcome(self.plan.name, shard.id)
+        slots = self._open_slots(shard, len(queue), bounded=budget is None)
+        progress = _ShardProgress(ShardOutcome(self.plan.name, shard.id),
+                                  RecordWriter(part_path(self.out_dir, self.plan.name, shard.id)),
+                                  queue, budget, next_index)
+        try:
+            self._play(slots, progress)
+            progress.outcome.stopped = self.stop.is_set()
+        finally:
+            progress.writer.close()
+        return progress.outcome
+
+    def _todo(self, shard: Shard) -> tuple[collections.deque, int | None, int]:
+        """(the pending (episode, attempt) queue, the step budget left or None, the next new episode index)."""
+        if shard.stop is not None:
+            return self._pending(shard), None, 0
+        steps_done, next_index = self._budget_steps_done()
+        return self._pending(shard), max(0, (self.plan.num_steps or 0) - steps_done), next_index
+
+    def _open_slots(self, shard: Shard, pending: int, *, bounded: bool) -> list[_Slot]:
+        """The shard's env instances (built on first use) and policy, and the heartbeat saying it runs."""
         n_envs = self.run.environment_builder.num_envs
-        if budget is None:
-            n_envs = min(n_envs, len(queue))
+        if bounded:
+            n_envs = min(n_envs, pending)
         self._ensure_instances(n_envs)
         self.heartbeat.shard = f"{self.plan.name}/{shard.id}"
         self.heartbeat.beat(state="running", force=True)
-        writer = RecordWriter(part_path(self.out_dir, self.plan.name, shard.id))
-        horizon = self.run.policy.open_loop_horizon
-        max_attempts = self.run.max_attempts
-        slots = [_Slot(i, self._envs[i]) for i in range(n_envs)]
-        budget_left = budget
-        recording = getattr(self.run, "recording", None)
-        run_dir = self.out_dir / self.plan.name
+        return [_Slot(i, self._envs[i]) for i in range(n_envs)]
 
-        def next_episode() -> tuple[int, int] | None:
-            nonlocal next_index, budget_left
-            if queue:
-                return queue.popleft()
-            if budget_left is not None and budget_left > 0:
-                next_index += 1
-                return (next_index - 1, 1)
-            return None
+    def _play(self, slots: list[_Slot], progress: _ShardProgress) -> None:
+        """Step every env in lockstep, one batched policy call for those whose action queue is empty, until no
+        episode is left or `stop` is set."""
+        for slot in slots:
+            self._start(slot, progress)
+        while not self.stop.is_set():
+            active = [s for s in slots if s.spec is not None]
+            if not active:
+                break
+            self._refill_actions([s for s in active if not s.queue], progress)
+            stepped = sum(self._step(slot, progress) for slot in active)
+            progress.outcome.steps += stepped
+            self.heartbeat.advance(steps=stepped)
 
-        def start(slot: _Slot) -> None:
-            while True:
-                item = next_episode()
-                if item is None:
-                    slot.spec = None
-                    return
-                index, attempt = item
-                spec = self.plan.episode(index)
-                slot.spec, slot.attempt, slot.steps, slot.latency_s, slot.calls = spec, attempt, 0, 0.0, 0
-                slot.progress = None
-                slot.queue.clear()
-                slot.started = time.monotonic()
-                try:
-                    # An env whose episodes differ by index, not only seed (LIBERO's fixed initial states).
-                    by_index = {"episode": spec.index} if getattr(slot.env, "reset_takes_episode", False) else {}
-                    slot.observation = slot.env.reset(spec.seed, spec.variations, **by_index)
-                    self._policy.reset(spec.seed, slot.env_id)
-                    if should_record(recording, spec.index):
-                        slot.video = EpisodeVideo(run_dir, spec.index, recording, getattr(slot.env, "control_hz", None))
-                        slot.video.add(slot.env, slot.observation)
-                    return
-                except Exception as exc:  # noqa: BLE001 - infrastructure error, recorded and retried
-                    finish(slot, error=_describe(exc))
-
-        def finish(slot: _Slot, success: bool | None = None, error: str | None = None) -> None:
-            nonlocal budget_left
-            spec = slot.spec
-            assert spec is not None
-            status = "error" if error else ("success" if success else "failure")
-            video = None
-            if slot.video is not None:
-                try:
-                    video = slot.video.close()
-                except Exception as exc:  # noqa: BLE001 - a broken video is reported, not fatal
-                    error = error or f"recording failed: {_describe(exc)}"
-                    status = "error"
-                slot.video = None
-            record = EpisodeRecord(
-                run=self.plan.name,
-                task=self.plan.task,
-                policy=self.plan.policy,
-                episode=spec.index,
-                seed=spec.seed,
-                status=status,
-                success=None if error else bool(success),
-                episode_length=slot.steps,
-                duration_s=round(time.monotonic() - slot.started, 4),
-                variations=spec.variations,
-                attempt=slot.attempt,
-                error=error,
-                video=video,
-                policy_latency_ms=round(1000 * slot.latency_s / slot.calls, 3) if slot.calls else None,
-                progress=None if error else slot.progress,
-                policy_provenance=getattr(self._policy, "provenance", None),
-            )
-            writer.append(record)
-            outcome.recorded += 1
-            if budget_left is not None and not error:
-                budget_left -= slot.steps
-            if error:
-                outcome.errors += 1
-                if slot.attempt < max_attempts:
-                    queue.append((spec.index, slot.attempt + 1))
-            self.heartbeat.advance(episodes=1)
-            if self.on_record:
-                self.on_record(record.to_json())
-            slot.spec = None
-
+    def _step(self, slot: _Slot, progress: _ShardProgress) -> int:
+        """One step of the slot's episode (1 if the env stepped, else 0); an episode that ends is recorded and
+        the slot starts the next."""
+        if slot.spec is None or not slot.queue:
+            if slot.spec is None:
+                self._start(slot, progress)
+            return 0
+        action = self._checked_action(slot, slot.queue.popleft())  # SpecMismatchError: the Run stops
         try:
-            for slot in slots:
-                start(slot)
-            while not self.stop.is_set():
-                active = [s for s in slots if s.spec is not None]
-                if not active:
-                    break
-                self._refill_actions([s for s in active if not s.queue], horizon, finish)
-                stepped = 0
-                for slot in active:
-                    if slot.spec is None or not slot.queue:
-                        if slot.spec is None:
-                            start(slot)
-                        continue
-                    action = self._checked_action(slot, slot.queue.popleft())  # SpecMismatchError: the Run stops
-                    try:
-                        result = slot.env.step(action)
-                        if slot.video is not None:
-                            slot.video.add(slot.env, result.observation)
-                    except Exception as exc:  # noqa: BLE001 - an environment's error is this episode's error record
-                        finish(slot, error=_describe(exc))
-                        start(slot)
-                        continue
-                    slot.steps += 1
-                    stepped += 1
-                    slot.observation = result.observation
-                    slot.progress = result.info.get("progress", slot.progress)
-                    timeout = self.run.episode_timeout_s
-                    if result.done:
-                        finish(slot, success=result.success)
-                        start(slot)
-                    elif time.monotonic() - slot.started > timeout:
-                        finish(slot, error=f"episode exceeded its {timeout:g} s deadline after {slot.steps} steps")
-                        start(slot)
-                outcome.steps += stepped
-                self.heartbeat.advance(steps=stepped)
-            outcome.stopped = self.stop.is_set()
-        finally:
-            writer.close()
-        return outcome
+            result = slot.env.step(action)
+            if slot.video is not None:
+                slot.video.add(slot.env, result.observation)
+        except Exception as exc:  # noqa: BLE001 - an environment's error is this episode's error record
+            self._finish(slot, progress, error=_describe(exc))
+            self._start(slot, progress)
+            return 0
+        slot.steps += 1
+        slot.observation = result.observation
+        slot.progress = result.info.get("progress", slot.progress)
+        timeout = self.run.episode_timeout_s
+        if result.done:
+            self._finish(slot, progress, success=result.success)
+            self._start(slot, progress)
+        elif time.monotonic() - slot.started > timeout:
+            self._finish(slot, progress, error=f"episode exceeded its {timeout:g} s deadline after {slot.steps} steps")
+            self._start(slot, progress)
+        return 1
+
+    def _start(self, slot: _Slot, progress: _ShardProgress) -> None:
+        """Reset the slot's env and the policy for the shard's next episode (none left: the slot goes idle). A
+        reset that fails is that episode's error record, and the slot tries the next."""
+        recording = getattr(self.run, "recording", None)
+        while True:
+            item = progress.next_episode()
+            if item is None:
+                slot.spec = None
+                return
+            index, attempt = item
+            spec = self.plan.episode(index)
+            slot.spec, slot.attempt, slot.steps, slot.latency_s, slot.calls = spec, attempt, 0, 0.0, 0
+            slot.progress = None
+            slot.queue.clear()
+            slot.started = time.monotonic()
+            try:
+                # An env whose episodes differ by index, not only seed (LIBERO's fixed initial states).
+                by_index = {"episode": spec.index} if getattr(slot.env, "reset_takes_episode", False) else {}
+                slot.observation = slot.env.reset(spec.seed, spec.variations, **by_index)
+                self._policy.reset(spec.seed, slot.env_id)
+                if should_record(recording, spec.index):
+                    slot.video = EpisodeVideo(self.out_dir / self.plan.name, spec.index, recording,
+                                              getattr(slot.env, "control_hz", None))
+                    slot.video.add(slot.env, slot.observation)
+                return
+            except Exception as exc:  # noqa: BLE001 - infrastructure error, recorded and retried
+                self._finish(slot, progress, error=_describe(exc))
+
+    def _finish(self, slot: _Slot, progress: _ShardProgress, success: bool | None = None,
+                error: str | None = None) -> None:
+        """Record the slot's episode (an error is queued again while it has attempts left); the slot goes idle."""
+        spec = slot.spec
+        assert spec is not None
+        status = "error" if error else ("success" if success else "failure")
+        video = None
+        if slot.video is not None:
+            try:
+                video = slot.video.close()
+            except Exception as exc:  # noqa: BLE001 - a broken video is reported, not fatal
+                error = error or f"recording failed: {_describe(exc)}"
+                status = "error"
+            slot.video = None
+        record = EpisodeRecord(
+            run=self.plan.name,
+            task=self.plan.task,
+            policy=self.plan.policy,
+            episode=spec.index,
+            seed=spec.seed,
+            status=status,
+            success=None if error else bool(success),
+            episode_length=slot.steps,
+            duration_s=round(time.monotonic() - slot.started, 4),
+            variations=spec.variations,
+            attempt=slot.attempt,
+            error=error,
+            video=video,
+            policy_latency_ms=round(1000 * slot.latency_s / slot.calls, 3) if slot.calls else None,
+            progress=None if error else slot.progress,
+            policy_provenance=getattr(self._policy, "provenance", None),
+        )
+        progress.writer.append(record)
+        progress.recorded(slot, error, retry=slot.attempt < self.run.max_attempts)
+        self.heartbeat.advance(episodes=1)
+        if self.on_record:
+            self.on_record(record.to_json())
+        slot.spec = None
 
     def _checked_action(self, slot: _Slot, action: Any) -> np.ndarray:
         """The action as the env's declared action spec takes it: `action_dim` finite numbers. Anything else is
@@ -298,22 +330,23 @@ class ShardRunner:
             "(finite values): make the policy produce that action, or choose the environment it was made for",
             where=f"Run {self.plan.name!r}")
 
-    def _refill_actions(self, slots: list[_Slot], horizon: int | None, finish: Callable[..., None]) -> None:
+    def _refill_actions(self, slots: list[_Slot], progress: _ShardProgress) -> None:
         """One batched policy call for every env whose action queue is empty."""
         if not slots:
             return
+        horizon = self.run.policy.open_loop_horizon
         try:
             self._call_policy(slots, horizon)
         except Exception as exc:  # noqa: BLE001 - a policy's error is its episodes' error records
             if len(slots) == 1:
-                finish(slots[0], error=_describe(exc))
+                self._finish(slots[0], progress, error=_describe(exc))
                 return
             # Find which env's call failed: ask each on its own; only those episodes become errors.
             for slot in slots:
                 try:
                     self._call_policy([slot], horizon)
                 except Exception as exc:  # noqa: BLE001 - a policy's error is this episode's error record
-                    finish(slot, error=_describe(exc))
+                    self._finish(slot, progress, error=_describe(exc))
 
     def _call_policy(self, slots: list[_Slot], horizon: int | None) -> None:
         t0 = time.perf_counter()
