@@ -3,12 +3,13 @@ through EVALFLEET_PLUGINS=evalfleet_test_plugins with this folder on PYTHONPATH.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -57,13 +58,11 @@ RELEASE = "release"
 _episodes_started = 0  # by this process, at any GatedExpert
 
 
-def wait_at_gate(gate: Path) -> None:
-    """Say "this process waits here" (GATE/<pid>.waiting, holding the pid) and block until GATE/release exists,
-    or until this process is asked to stop (SIGTERM/SIGINT: the handler that was installed runs as before, then
-    the wait ends, so a runner stops as it would after a slow policy call)."""
-    release = gate / RELEASE
-    if release.exists():
-        return
+@contextlib.contextmanager
+def _stop_requests() -> Iterator[threading.Event]:
+    """An Event set when this process is asked to stop (SIGTERM/SIGINT) while the block runs: the handler that
+    was installed runs as before, then the Event is set; the handlers are put back after the block. Off the main
+    thread (no handlers there) the Event is never set."""
     asked_to_stop = threading.Event()
     installed: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
@@ -81,14 +80,25 @@ def wait_at_gate(gate: Path) -> None:
             installed[signum] = previous
             signal.signal(signum, on_signal)
     try:
+        yield asked_to_stop
+    finally:
+        for signum, previous in installed.items():
+            signal.signal(signum, previous)
+
+
+def wait_at_gate(gate: Path) -> None:
+    """Say "this process waits here" (GATE/<pid>.waiting, holding the pid) and block until GATE/release exists,
+    or until this process is asked to stop (SIGTERM/SIGINT: the handler that was installed runs as before, then
+    the wait ends, so a runner stops as it would after a slow policy call)."""
+    release = gate / RELEASE
+    if release.exists():
+        return
+    with _stop_requests() as asked_to_stop:
         tmp = gate / f".{os.getpid()}.tmp"
         tmp.write_text(str(os.getpid()))
         os.replace(tmp, gate / f"{os.getpid()}.waiting")  # only once the handlers above are in place
         while not release.exists() and not asked_to_stop.is_set():
             time.sleep(0.02)
-    finally:
-        for signum, previous in installed.items():
-            signal.signal(signum, previous)
 
 
 class GatedExpert(MetaworldExpertPolicy):
@@ -110,15 +120,19 @@ class GatedExpert(MetaworldExpertPolicy):
 
 
 class HangingPolicy(BasePolicy):
-    """Never returns from its first call. It is built, so its runner has heartbeat "running" (the startup grace is
-    over) and then never makes a step: only the watchdog's stall timeout can end it."""
+    """Never returns from its first call until its process is asked to stop. It is built, so its runner has
+    heartbeat "running" (the startup grace is over) and then never makes a step: only the watchdog's stall
+    timeout can end it. Its SIGTERM ends the call (the runner's own handler runs first), so the runner stops as
+    after a slow policy call instead of waiting for the SIGKILL after the grace."""
 
     def __init__(self, options: dict, context: Any):
-        pass
+        self.action_dim = context.action_dim
 
     def act(self, observation: dict[str, Any], env_id: int = 0) -> np.ndarray:
-        while True:
-            time.sleep(1)
+        with _stop_requests() as asked_to_stop:
+            while not asked_to_stop.wait(0.1):
+                pass
+        return np.zeros(self.action_dim, dtype=np.float32)
 
 
 class StopSelfPolicy(MetaworldExpertPolicy):
