@@ -188,3 +188,12 @@ def test_sacct_lines_become_task_states_with_slurm_reasons() -> None:
         or states["12_2"].problem().startswith("Slurm job 12_2 OUT_OF_MEMORY")
     assert states["12_3"].problem() == "Slurm job 12_3 FAILED (exit code 1, NonZeroExitCode, on n1)"
     assert states["12_4"].state == "CANCELLED" and states["12_4"].final
+
+
+def test_a_task_stopped_by_the_signal_before_its_time_limit_says_so() -> None:
+    states = parse_sacct("5_1|FAILED|143:0|NonZeroExitCode|vm|00:00:31|00:01:00\n"
+                         "5_2|TIMEOUT|0:15|TimeLimit|vm|00:01:02|00:01:00\n"
+                         "5_3|FAILED|143:0|NonZeroExitCode|vm|00:00:05|1-00:00:00\n")
+    assert states["5_1"].stopped_before_limit(30)
+    assert not states["5_3"].stopped_before_limit(30)  # an scancel long before the limit
+    assert states["5_2"].problem() == "Slurm job 5_2 TIMEOUT (signal 15, TimeLimit, on vm, time limit 00:01:00)"

@@ -58,7 +58,8 @@ class SlurmBackend(BackendBase):
             raise
         finally:
             scancel(jobs["server_jobs"].values())
-        return worker_results(rendering.paths, job.plan, jobs["runners"], rendering.workers, watch.states)
+        return worker_results(rendering.paths, job.plan, jobs["runners"], rendering.workers, watch.states,
+                              rendering.settings.signal_lead_s)
 
     def submit(self, loaded: Any, *, dry_run: bool, output_dir: str | None, stream: TextIO) -> int:
         """Dry run: every batch script written into `output_dir` (one file each) and listed, or printed when no

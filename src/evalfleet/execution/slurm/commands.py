@@ -17,7 +17,9 @@ INSTALL_HINT = ("`{name}` is not on PATH: run evalfleet on a Slurm login node (o
 # Job states that end a job (sacct); anything else is still pending, running or being requeued.
 FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY",
                 "BOOT_FAIL", "DEADLINE", "REVOKED"}
-SACCT_FIELDS = "JobID,State,ExitCode,Reason,NodeList"
+SACCT_FIELDS = "JobID,State,ExitCode,Reason,NodeList,Elapsed,Timelimit"
+STOPPED_EXIT = "143"  # the watchdog's exit after SIGTERM (128 + 15): scancel, preemption, --signal before the limit
+LIMIT_SLACK_S = 15  # how much later than its --signal lead a task may end and still count as stopped by it
 
 
 class SlurmCommandError(Exception):
@@ -74,6 +76,8 @@ class TaskState:
     exit_code: str = "0:0"  # code:signal
     reason: str = ""
     nodes: str = ""
+    elapsed: str = ""
+    time_limit: str = ""
 
     @property
     def final(self) -> bool:
@@ -89,8 +93,29 @@ class TaskState:
             parts.append(self.reason)
         if self.nodes and self.nodes not in ("None assigned", "(null)"):
             parts.append(f"on {self.nodes}")
+        if self.state == "TIMEOUT" and self.time_limit:
+            parts.append(f"time limit {self.time_limit}")
         detail = ", ".join(p for p in parts if p)
         return f"Slurm job {self.job} {self.state}" + (f" ({detail})" if detail else "")
+
+
+    def stopped_before_limit(self, lead_s: int) -> bool:
+        """Ended by the watchdog's SIGTERM exit within the --signal lead (plus slack) of its time limit."""
+        limit, elapsed = slurm_seconds(self.time_limit), slurm_seconds(self.elapsed)
+        return (self.exit_code.partition(":")[0] == STOPPED_EXIT and limit is not None and elapsed is not None
+                and limit - elapsed <= lead_s + LIMIT_SLACK_S)
+
+
+def slurm_seconds(text: str) -> int | None:
+    """sacct's [D-]HH:MM:SS (or MM:SS) in seconds; None for UNLIMITED, Partition_Limit or nothing."""
+    days, _, rest = text.rpartition("-") if "-" in text else ("0", "", text)
+    parts = rest.split(":")
+    if not days.isdigit() or not all(p.isdigit() for p in parts) or not 1 <= len(parts) <= 3:
+        return None
+    seconds = 0
+    for p in parts:
+        seconds = seconds * 60 + int(p)
+    return int(days) * 86400 + seconds
 
 
 def parse_sacct(text: str) -> dict[str, TaskState]:
@@ -101,7 +126,7 @@ def parse_sacct(text: str) -> dict[str, TaskState]:
         if len(fields) < 3 or not fields[0]:
             continue
         state = fields[1].split()[0] if fields[1].split() else ""
-        states[fields[0]] = TaskState(fields[0], state, fields[2], *(f for f in fields[3:5]))
+        states[fields[0]] = TaskState(fields[0], state, fields[2], *(f for f in fields[3:7]))
     return states
 
 

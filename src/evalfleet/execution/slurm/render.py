@@ -125,7 +125,7 @@ def write_jobs(paths: SlurmPaths, rendering: Rendering, jobs: dict[str, Any]) ->
     from evalfleet.execution.invocation import shard_arg
 
     doc = {"workers": rendering.workers, "shards": [shard_arg(s) for s in rendering.shards],
-           "servers": rendering.servers, **jobs}
+           "servers": rendering.servers, "signal_lead_s": rendering.settings.signal_lead_s, **jobs}
     write_atomic(paths.jobs, json.dumps(doc, indent=1) + "\n")
 
 

@@ -192,7 +192,7 @@ def slurm_said(paths: SlurmPaths, task: int) -> str | None:
 
 
 def worker_results(paths: SlurmPaths, plan: Plan, array: str, workers: int,
-                   states: dict[str, TaskState] | None) -> list[WorkerResult]:
+                   states: dict[str, TaskState] | None, signal_lead_s: int = 0) -> list[WorkerResult]:
     """One WorkerResult per array task: its claimed shards, and (unless it completed) its Slurm job id, state
     and reason, with the watchdog's own reason when it gave up."""
     results = []
@@ -200,6 +200,9 @@ def worker_results(paths: SlurmPaths, plan: Plan, array: str, workers: int,
         result = WorkerResult(task, claimed_by(paths, plan, task))
         state = (states or {}).get(f"{array}_{task}")
         problem = state.problem() if state is not None else None
+        if problem and state is not None and signal_lead_s and state.stopped_before_limit(signal_lead_s):
+            problem += (f"; stopped {signal_lead_s} s before its time limit {state.time_limit} (--signal, "
+                        "slurm.time): what finished is kept, --resume continues")
         if state is None and states is not None:
             problem = f"Slurm job {array}_{task}: no accounting record (never started?)"
         if problem:
@@ -228,7 +231,7 @@ def collect(out: Path) -> int:
     array = str(jobs.get("runners", ""))
     workers = int(jobs.get("workers", 1))
     scancel(str(j) for j in (jobs.get("server_jobs") or {}).values())
-    results = worker_results(paths, plan, array, workers, sacct([array]))
+    results = worker_results(paths, plan, array, workers, sacct([array]), int(jobs.get("signal_lead_s") or 0))
     for r in results:
         if r.problem:
             print(f"evalfleet: array task {r.worker}: {r.problem}", flush=True)
