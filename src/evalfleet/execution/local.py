@@ -102,14 +102,7 @@ class LocalRun:
         return runner_command(self.experiment_file, self.out, shards, claim_dir=self.claim_dir, worker_id=worker)
 
     def claimed_by(self, worker: int) -> list[Shard]:
-        mine = []
-        for shard in self.plan.shards:
-            try:
-                if (self.claim_dir / claim_name(shard)).read_text() == str(worker):
-                    mine.append(shard)
-            except OSError:
-                pass
-        return mine
+        return claimed_by(self.claim_dir, self.plan.shards, worker)
 
     def execute(self) -> list[WorkerResult]:
         internal_dir(self.out).mkdir(parents=True, exist_ok=True)
@@ -184,6 +177,18 @@ class LocalRun:
 
 def claim_name(shard: Shard) -> str:
     return f"{shard.run}--{shard.id}"
+
+
+def claimed_by(claim_dir: Path, shards: list[Shard], worker: int | str) -> list[Shard]:
+    """The shards `worker` claimed in `claim_dir` (what it ran, or was running when it ended)."""
+    mine = []
+    for shard in shards:
+        try:
+            if (claim_dir / claim_name(shard)).read_text() == str(worker):
+                mine.append(shard)
+        except OSError:
+            pass
+    return mine
 
 
 def claim_shards(shards: list[Shard], claim_dir: Path, worker: str):  # noqa: ANN201 - a generator of Shard

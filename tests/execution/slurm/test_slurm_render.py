@@ -191,7 +191,7 @@ def test_sacct_lines_become_task_states_with_slurm_reasons() -> None:
 
 
 def test_a_task_stopped_by_the_signal_before_its_time_limit_says_so() -> None:
-    states = parse_sacct("5_1|FAILED|143:0|NonZeroExitCode|vm|00:00:31|00:01:00\n"
+    states = parse_sacct("5_1|FAILED|15:0|NonZeroExitCode|vm|00:00:31|00:01:00\n"
                          "5_2|TIMEOUT|0:15|TimeLimit|vm|00:01:02|00:01:00\n"
                          "5_3|FAILED|143:0|NonZeroExitCode|vm|00:00:05|1-00:00:00\n")
     assert states["5_1"].stopped_before_limit(30)

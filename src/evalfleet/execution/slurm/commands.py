@@ -18,7 +18,8 @@ INSTALL_HINT = ("`{name}` is not on PATH: run evalfleet on a Slurm login node (o
 FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY",
                 "BOOT_FAIL", "DEADLINE", "REVOKED"}
 SACCT_FIELDS = "JobID,State,ExitCode,Reason,NodeList,Elapsed,Timelimit"
-STOPPED_EXIT = "143"  # the watchdog's exit after SIGTERM (128 + 15): scancel, preemption, --signal before the limit
+# The watchdog's exit after SIGTERM (128 + 15; sacct shows it as 15): scancel, preemption, --signal before the limit.
+STOPPED_EXITS = ("143", "15")
 LIMIT_SLACK_S = 15  # how much later than its --signal lead a task may end and still count as stopped by it
 
 
@@ -102,7 +103,7 @@ class TaskState:
     def stopped_before_limit(self, lead_s: int) -> bool:
         """Ended by the watchdog's SIGTERM exit within the --signal lead (plus slack) of its time limit."""
         limit, elapsed = slurm_seconds(self.time_limit), slurm_seconds(self.elapsed)
-        return (self.exit_code.partition(":")[0] == STOPPED_EXIT and limit is not None and elapsed is not None
+        return (self.exit_code.partition(":")[0] in STOPPED_EXITS and limit is not None and elapsed is not None
                 and limit - elapsed <= lead_s + LIMIT_SLACK_S)
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from evalfleet.execution.backends import WorkerResult
+from evalfleet.execution.local import claimed_by
 from evalfleet.execution.output_dir import write_atomic
 from evalfleet.execution.slurm.commands import TaskState, sacct, scancel
 from evalfleet.execution.slurm.paths import SlurmPaths
@@ -154,19 +155,6 @@ def wire(out: Path, task: str, servers: list[str], wait_s: float, argv: list[str
             return EXIT_REWIRE
 
 
-def claimed_by(paths: SlurmPaths, plan: Plan, worker: int) -> list[Any]:
-    from evalfleet.execution.local import claim_name
-
-    mine = []
-    for shard in plan.shards:
-        try:
-            if (paths.claims / claim_name(shard)).read_text() == str(worker):
-                mine.append(shard)
-        except OSError:
-            pass
-    return mine
-
-
 def watchdog_reason(paths: SlurmPaths, task: int) -> str | None:
     try:
         status = json.loads(paths.status(task).read_text(encoding="utf-8"))
@@ -197,7 +185,7 @@ def worker_results(paths: SlurmPaths, plan: Plan, array: str, workers: int,
     and reason, with the watchdog's own reason when it gave up."""
     results = []
     for task in range(workers):
-        result = WorkerResult(task, claimed_by(paths, plan, task))
+        result = WorkerResult(task, claimed_by(paths.claims, plan.shards, task))
         state = (states or {}).get(f"{array}_{task}")
         problem = state.problem() if state is not None else None
         if problem and state is not None and signal_lead_s and state.stopped_before_limit(signal_lead_s):
