@@ -17,7 +17,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 LAYERS: list[set[str]] = [
     {"evalfleet", "evalfleet.errors", "evalfleet.registry", "evalfleet.seeding", "evalfleet.textlayout",
      "evalfleet.secrets", "evalfleet.shell", "evalfleet.feedback", "evalfleet.process_exit", "evalfleet.interpreter",
-     "evalfleet.layout"},
+     "evalfleet.layout", "evalfleet.arena_format"},
     {"evalfleet.sim"},
     {"evalfleet.policies"},
     {"evalfleet.serving", "evalfleet.plugins"},

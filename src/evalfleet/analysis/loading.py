@@ -29,9 +29,10 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Iterable
 
 from evalfleet.analysis.local_files import kind_inside, open_regular
+from evalfleet.arena_format import truthy
 from evalfleet.errors import UserError
 from evalfleet.feedback import is_long, track
-from evalfleet.layout import (ARENA_RECORDS, ARENA_VIDEO, EXPERIMENT_FILE, PARTS_DIR, RECORDS_FILE, RECORDS_PREFIX,
+from evalfleet.layout import (EXPERIMENT_FILE, PARTS_DIR, RECORDS_FILE, RECORDS_PREFIX,
                               RECORDS_SUFFIX, STATUS_FILE, is_records_name)
 from evalfleet.secrets import mask_url
 from evalfleet.rollout.records import STATUSES, RunRecords, RunScope, SetAside, iter_record_dicts
@@ -115,17 +116,11 @@ class _Normaliser:
         status = rec.get("status")
         if status not in STATUSES:
             success = rec.get("success")
-            status = "error" if success is None else ("success" if _truthy(success) else "failure")
+            status = "error" if success is None else ("success" if truthy(success) else "failure")
         rec["status"] = status
         rec["success"] = None if status == "error" else status == "success"
         rec["_source"] = source
         return rec
-
-
-def _truthy(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "success")
-    return bool(value)
 
 
 @dataclass
@@ -333,15 +328,6 @@ def folder_plan(folder: Path) -> dict[str, int | None]:
         return {}
 
 
-# --- Arena's own record files (their names: layout.ARENA_RECORDS, layout.ARENA_VIDEO) ------------------
-
-
-def arena_file_order(name: str) -> tuple[int, int] | None:
-    """(0 for rebuild / 1 for rank, its number) for an Arena record file name, else None."""
-    m = ARENA_RECORDS.match(name)
-    return (0 if m.group(1) == "rebuild" else 1, int(m.group(2))) if m else None
-
-
 def progress_score(progress: Any) -> float | None:
     """A record's progress as a number in 0..1: evalfleet's number, or Arena's `overall_score`."""
     if isinstance(progress, dict):
@@ -349,52 +335,3 @@ def progress_score(progress: Any) -> float | None:
     if isinstance(progress, (int, float)) and not isinstance(progress, bool) and math.isfinite(progress):
         return float(progress)
     return None
-
-
-def _flat_variations(value: Any) -> dict[str, Any]:
-    """Arena's variation values, nested asset → variation → value or flat, as {"asset.variation": value}."""
-    if not isinstance(value, dict):
-        return {}
-    flat: dict[str, Any] = {}
-    for name, inner in value.items():
-        if isinstance(inner, dict) and inner and "." not in str(name):
-            for sub, v in inner.items():
-                flat[f"{name}.{sub}"] = v
-        else:
-            flat[str(name)] = inner
-    return flat
-
-
-def arena_record(raw: dict[str, Any], *, run: str, episode: int,
-                 videos: dict[tuple[int, int, int], dict[str, str]] | None = None,
-                 task: str | None = None, policy: str | None = None) -> dict[str, Any]:
-    """One line of Arena's episode_results_*.jsonl as an evalfleet record (Arena's own keys kept beside)."""
-    rec = dict(raw)
-    success = raw.get("success")
-    status = "error" if success is None else ("success" if _truthy(success) else "failure")
-    variations = next((raw[k] for k in ("variations", "variation_values", "episode_conditions") if
-                       isinstance(raw.get(k), dict)), {})
-    rec.update(run=run, episode=episode, status=status, success=None if status == "error" else status == "success",
-               variations=_flat_variations(variations))
-    # Arena's lines do not name the task or policy; the Run's run_status.json (written by evalfleet's task) does.
-    if task or raw.get("task_name"):
-        rec.setdefault("task", task or raw.get("task_name"))
-    if policy or raw.get("policy_name"):
-        rec.setdefault("policy", policy or raw.get("policy_name"))
-    if status == "error":
-        rec.setdefault("error", "Arena recorded no success term for this episode")
-    key = (int(raw.get("rebuild_idx") or 0), int(raw.get("env_id") or 0), int(raw.get("episode_in_env") or 0))
-    if videos and key in videos and not rec.get("video"):
-        rec["video"] = videos[key]
-    return rec
-
-
-def arena_videos(names: Iterable[str]) -> dict[tuple[int, int, int], dict[str, str]]:
-    """(rebuild, env, episode-in-env) → {camera: relative path} from Arena's video file names."""
-    out: dict[tuple[int, int, int], dict[str, str]] = {}
-    for rel in names:
-        m = ARENA_VIDEO.match(rel.rsplit("/", 1)[-1])
-        if m:
-            key = (int(m["rebuild"]), int(m["env"]), int(m["episode"]))
-            out.setdefault(key, {})[m["camera"]] = rel
-    return out

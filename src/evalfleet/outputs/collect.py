@@ -23,8 +23,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalfleet.analysis.loading import (arena_file_order, arena_record, arena_videos, experiment_document,
-                                        planned_episodes)
+from evalfleet.analysis.loading import experiment_document, planned_episodes
+from evalfleet.arena_format import arena_file_order, arena_record, arena_videos
 from evalfleet.errors import UserError
 from evalfleet.feedback import is_long, track
 from evalfleet.layout import (EXPERIMENT_FILE, PARTS_DIR, PLOTS_DIR, RECORDS_FILE, REPORT_FILE, RESULT_FILE,

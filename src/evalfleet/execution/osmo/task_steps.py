@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from evalfleet.arena_format import arena_file_order
 from evalfleet.execution.output_dir import write_run_status
 from evalfleet.layout import ARENA_ATTEMPT_FOLDER, ARENA_ATTEMPTS_DIR, ARENA_RESULT_FILE
 from evalfleet.secrets import looks_secret
@@ -66,8 +67,6 @@ def write_arena_config(template: Path, output: Path) -> None:
 
 def _arena_attempt_records(folder: Path, run: str) -> int:
     """Complete lines in one attempt's Arena record files of `run`."""
-    from evalfleet.analysis.loading import arena_file_order
-
     run_dir = folder / run
     if not run_dir.is_dir():
         return 0
