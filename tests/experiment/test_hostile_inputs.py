@@ -548,15 +548,28 @@ GARBLED_PARTS = {
 }
 
 
+@pytest.fixture(scope="module")
+def finished_good_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One finished run of GOOD (its output folder), which each garbling test copies."""
+    tmp = tmp_path_factory.mktemp("good_run")
+    exp = tmp / "good.yaml"
+    exp.write_text(GOOD)
+    first = cli("run", str(exp), "--output", str(tmp / "out"), "--workers", "1", "--no-progress", cwd=tmp)
+    assert first.returncode == 0, first.stderr
+    return tmp / "out"
+
+
 @pytest.mark.parametrize("kind", list(GARBLED_PARTS))
-def test_resume_over_garbled_part_files_reruns_them_without_a_traceback(kind: str, tmp_path: Path) -> None:
+def test_resume_over_garbled_part_files_reruns_them_without_a_traceback(kind: str, tmp_path: Path,
+                                                                        finished_good_run: Path) -> None:
     """A part file holding `null`, a JSON list or a record with garbage fields is garbled input, skipped like a
     torn line (DESIGN: readers tolerate them): the resume re-runs those episodes and ends cleanly."""
+    import shutil
+
     exp = tmp_path / "good.yaml"
     exp.write_text(GOOD)
     out = tmp_path / "out"
-    first = cli("run", str(exp), "--output", str(out), "--workers", "1", "--no-progress", cwd=tmp_path)
-    assert first.returncode == 0, first.stderr
+    shutil.copytree(finished_good_run, out, symlinks=True)  # a finished run of GOOD, garbled below
     parts = sorted((out / "push_expert" / "parts").glob("*.jsonl"))
     assert parts
     for part in parts:
