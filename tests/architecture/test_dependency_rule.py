@@ -35,13 +35,6 @@ CLI_LAYER = len(LAYERS) - 1
 # evalfleet.cli, so they are the command line too (layer CLI_LAYER); nothing else imports evalfleet.cli.
 CLI_ENTRY_POINTS = {"evalfleet.execution.watchdog.__main__", "evalfleet.execution.osmo.__main__"}
 
-# Third-party packages heavy enough that the modules importing them load only on first use. A function-level
-# import of such a module (a registry factory loading its simulator adapter) is not a circle: nothing runs
-# it at import time, and making it a module-level import would load the simulator to read an Experiment.
-HEAVY = {"mujoco", "metaworld", "robosuite", "gymnasium", "gym_pusht", "ray", "matplotlib", "torch", "websockets",
-         "zmq"}
-
-
 def module_name(path: Path, src: Path = SRC) -> str:
     name = ".".join(path.relative_to(src).with_suffix("").parts)
     return name.removesuffix(".__init__")
@@ -57,24 +50,14 @@ def _targets(node: ast.AST, modules: dict[str, Path]) -> list[str]:
     return []
 
 
-def _raw_targets(node: ast.AST) -> list[str]:
-    if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-        return [node.module]
-    if isinstance(node, ast.Import):
-        return [a.name for a in node.names]
-    return []
-
-
-def imports(src: Path = SRC, *, for_circles: bool = False) -> dict[str, set[str]]:
+def imports(src: Path = SRC) -> dict[str, set[str]]:
     """Module → the evalfleet modules it imports, at module level or in a function, for every module under
-    `src`. `for_circles`: without function-level imports of modules that import a HEAVY package at module level."""
+    `src`. A function-level import counts like any other: registries name what a spec builds by an entry-point
+    string (sim/registration.py), so no lazy import is left to hide a circle."""
     modules = {module_name(p, src): p for p in (src / "evalfleet").rglob("*.py")}
     trees = {name: ast.parse(path.read_text(encoding="utf-8")) for name, path in modules.items()}
-    heavy = {name for name, tree in trees.items()
-             if any(t.split(".")[0] in HEAVY for node in tree.body for t in _raw_targets(node))}
     graph: dict[str, set[str]] = {}
     for name, tree in trees.items():
-        top_level = {id(node) for node in tree.body}
         typing_only = {id(inner) for node in ast.walk(tree) if isinstance(node, ast.If)
                        and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
                        for inner in ast.walk(node)}
@@ -84,8 +67,6 @@ def imports(src: Path = SRC, *, for_circles: bool = False) -> dict[str, set[str]
                 continue  # annotations only: never imported at run time
             for target in _targets(node, modules):
                 if target not in modules or target == name:
-                    continue
-                if for_circles and id(node) not in top_level and target in heavy:
                     continue
                 found.add(target)
         graph[name] = found
@@ -174,7 +155,7 @@ def test_nothing_imports_the_command_line():
 
 
 def test_no_import_circles():
-    found = circles(imports(for_circles=True))
+    found = circles(imports())
     assert not found, found
 
 

@@ -34,6 +34,7 @@ from evalfleet.layout import part_path, parts_dir, records_path
 from evalfleet.rollout.heartbeat import HeartbeatWriter
 from evalfleet.rollout.records import EpisodeRecord, RecordWriter, RunScope, read_run_records
 from evalfleet.rollout.video import EpisodeVideo, should_record
+from evalfleet.sim.base import with_defaults
 
 
 def run_log_files(out_dir: Path, run: str) -> list[Path]:
@@ -155,7 +156,8 @@ class ShardRunner:
     # -- running -------------------------------------------------------------------------------
     def _ensure_instances(self, n: int) -> None:
         while len(self._envs) < n:
-            self._envs.append(self.make_env())
+            # Every optional member of the Environment protocol readable, declared or not.
+            self._envs.append(with_defaults(self.make_env()))
         if self._policy is None:
             self._policy = self.make_policy()
 
@@ -252,12 +254,12 @@ class ShardRunner:
             slot.started = time.monotonic()
             try:
                 # An env whose episodes differ by index, not only seed (LIBERO's fixed initial states).
-                by_index = {"episode": spec.index} if getattr(slot.env, "reset_takes_episode", False) else {}
+                by_index = {"episode": spec.index} if slot.env.reset_takes_episode else {}
                 slot.observation = slot.env.reset(spec.seed, spec.variations, **by_index)
                 self._policy.reset(spec.seed, slot.env_id)
                 if should_record(recording, spec.index):
                     slot.video = EpisodeVideo(self.out_dir / self.plan.name, spec.index, recording,
-                                              getattr(slot.env, "control_hz", None))
+                                              slot.env.control_hz)
                     slot.video.add(slot.env, slot.observation)
                 return
             except Exception as exc:  # noqa: BLE001 - infrastructure error, recorded and retried
@@ -307,7 +309,7 @@ class ShardRunner:
         the policy not fitting its environment (a SpecMismatchError), never cut to size or stepped with."""
         from evalfleet.policies.base import SpecMismatchError
 
-        dim = getattr(slot.env, "action_dim", None)
+        dim = slot.env.action_dim
         try:
             values = np.asarray(action, dtype=np.float64)
         except (TypeError, ValueError):
@@ -406,7 +408,7 @@ def build_shard_runner(plan: RunPlan, out_dir: str | Path, **kwargs: Any) -> Sha
         # Called after the envs exist, so the policy learns the action size from a real one.
         context = PolicyContext(
             run=plan.name, task=plan.task, env_type=run.environment.type, env_options=run.environment.options(),
-            action_dim=getattr(runner._envs[0], "action_dim", 4), seed=plan.base_seed,
+            action_dim=4 if runner._envs[0].action_dim is None else runner._envs[0].action_dim, seed=plan.base_seed,
         )
         policy = policy_entry.factory(run.policy.options(), context)
         try:  # before the first reset: a mismatch fails the Run at once, not as N error records

@@ -1,7 +1,8 @@
 """The environment protocol and registry.
 
-An environment adapter is registered with its options model and the variations it offers; the
-factory is imported lazily so loading or planning an Experiment never imports a simulator.
+An environment adapter is registered with its options model and the variations it offers; its factory
+is named by an entry-point string ("module:attr", sim/registration.py) and imported on first use, so
+loading or planning an Experiment never imports a simulator, and no spec module imports its env module.
 """
 
 from __future__ import annotations
