@@ -20,7 +20,7 @@ FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NOD
 SACCT_FIELDS = "JobID,State,ExitCode,Reason,NodeList,Elapsed,Timelimit"
 # The watchdog's exit after SIGTERM (128 + 15; sacct shows it as 15): scancel, preemption, --signal before the limit.
 STOPPED_EXITS = ("143", "15")
-LIMIT_SLACK_S = 15  # how much later than its --signal lead a task may end and still count as stopped by it
+LIMIT_SLACK_S = 65  # Slurm may send the --signal up to 60 s early (its event resolution), and the task stops at once
 
 
 class SlurmCommandError(Exception):
