@@ -166,15 +166,21 @@ def test_a_task_killed_for_memory_shows_slurms_reason(slurm_cluster, tmp_path: P
     assert "memory" in (out / "index.html").read_text()
 
 
+SECRET = "sk-slurm-Zq8$(touch LEAK)-x7"
+
+
 def test_ctrl_c_cancels_every_job_and_says_how_to_resume(slurm_cluster, tmp_path: Path) -> None:
-    exp = write(tmp_path, {"expert": EXPERT, "served": SERVED}, 20, name="slurm_interrupt")
+    """Also must-show 4 on the cluster: the served policy's api_key reaches its server and client through the
+    jobs' environment, and no script, log, record or printed line holds it."""
+    keyed = {**SERVED, "policy": {"type": "openpi_remote", "serve": {"type": "metaworld_expert"}, "api_key": SECRET}}
+    exp = write(tmp_path, {"expert": EXPERT, "served": keyed}, 20, name="slurm_interrupt")
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "evalfleet.cli", "run", str(exp), *SMALL, "--backend", "slurm",
                              "--workers", "2", "--output", str(out), "--no-progress"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: (out / "expert" / "parts").is_dir() and part_lines(out, "expert") >= 1, 300,
-                 "the first records")
+        wait_for(lambda: all((out / r / "parts").is_dir() and part_lines(out, r) >= 1 for r in ("expert", "served")),
+                 300, "the first records of both Runs")
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
     finally:
@@ -186,6 +192,14 @@ def test_ctrl_c_cancels_every_job_and_says_how_to_resume(slurm_cluster, tmp_path
     assert f"Continue with: evalfleet run --resume --backend slurm --output {out}" in err
     left = subprocess.run(["squeue", "-h", "-o", "%i", "-j", ",".join(ids)], capture_output=True, text=True)
     assert not [line for line in left.stdout.split() if line.split("_")[0] in ids], left.stdout
+    parts = (out / "served" / "parts").glob("*.jsonl")
+    served = [json.loads(line) for p in parts for line in p.read_text().splitlines()]
+    assert any(r["status"] == "success" for r in served)  # the key reached the server and its client
+    assert SECRET not in err
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), path
+    assert not (tmp_path / "LEAK").exists()
 
 
 def test_a_task_past_its_time_limit_shows_slurms_timeout(past_its_time_limit: Path) -> None:
