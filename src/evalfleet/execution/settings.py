@@ -234,24 +234,36 @@ def _directive_value(v: Any, pattern: re.Pattern[str], example: str) -> Any:
     return v
 
 
+def _directive(pattern: re.Pattern[str], example: str) -> Any:
+    """An optional `#SBATCH` value checked against `pattern` (the error gives `example`)."""
+    return Annotated[str | None, AfterValidator(lambda v: _directive_value(v, pattern, example))]
+
+
+SlurmNames = _directive(SLURM_NAME, "gpu or gpu,debug (letters, digits, '_', '.', '-')")
+SlurmMemory = _directive(SLURM_MEM, "16G or 4096 (megabytes): a number and K, M, G or T")
+SlurmGres = _directive(SLURM_GRES, "gpu:1 or gpu:a100:2")
+SlurmConstraint = _directive(SLURM_CONSTRAINT, "a100 or 'a100|h100' (no spaces)")
+SlurmJobName = _directive(SLURM_JOB_NAME, "my-eval (letters, digits, '_', '.', '-')")
+
+
 class SlurmSettings(BaseModel):
     """`slurm.*`: how an Experiment becomes Slurm jobs (rendered sbatch scripts, see execution/slurm/). The
     resources apply to every runner array task; `server_*` to each policy server's job."""
 
     model_config = ConfigDict(extra="forbid")
 
-    partition: str | None = Field(default=None, description="partition(s) of every job; null: the cluster's default")
-    account: str | None = Field(default=None, description="account to charge; null: your default account")
-    qos: str | None = Field(default=None, description="quality of service; null: the default")
+    partition: SlurmNames = Field(default=None, description="partition(s) of every job; null: the cluster's default")
+    account: SlurmNames = Field(default=None, description="account to charge; null: your default account")
+    qos: SlurmNames = Field(default=None, description="quality of service; null: the default")
     time: str | None = Field(default=None, description="time limit of each job (e.g. 4:00:00, 1-12); null: the "
                              "partition's default")
     cpus_per_task: int = Field(default=2, gt=0, description="CPU cores per runner task")
-    mem: str | None = Field(default=None, description="memory per runner task (e.g. 16G); null: the default")
+    mem: SlurmMemory = Field(default=None, description="memory per runner task (e.g. 16G); null: the default")
     gpus_per_task: int | None = Field(default=None, ge=0, description="GPUs per runner task (--gpus-per-task)")
-    gres: str | None = Field(default=None, description="generic resources per runner task, e.g. gpu:1 (instead of "
+    gres: SlurmGres = Field(default=None, description="generic resources per runner task, e.g. gpu:1 (instead of "
                              "gpus_per_task)")
-    constraint: str | None = Field(default=None, description="node features (--constraint), e.g. a100")
-    job_name: str | None = Field(default=None, description="job name prefix; null: evalfleet-<Experiment name>")
+    constraint: SlurmConstraint = Field(default=None, description="node features (--constraint), e.g. a100")
+    job_name: SlurmJobName = Field(default=None, description="job name prefix; null: evalfleet-<Experiment name>")
     workers: int | None = Field(default=None, gt=0, le=SLURM_WORKERS_MAX, description="runner array tasks; null: "
                                 "--workers, else one per shard (at most 16)")
     max_parallel: int | None = Field(default=None, gt=0, description="at most K array tasks at once (%K)")
@@ -268,9 +280,9 @@ class SlurmSettings(BaseModel):
                                " (--signal=B:TERM@N; 0: none)")
     server_wait_s: float = Field(default=1800.0, gt=0, description="how long a runner waits for its servers")
     server_cpus: int = Field(default=2, gt=0, description="CPU cores of a policy server's job")
-    server_mem: str | None = Field(default=None, description="memory of a policy server's job, e.g. 32G")
+    server_mem: SlurmMemory = Field(default=None, description="memory of a policy server's job, e.g. 32G")
     server_gpus: int | None = Field(default=None, ge=0, description="GPUs of a policy server's job (--gpus)")
-    server_partition: str | None = Field(default=None, description="partition of server jobs; null: `partition`")
+    server_partition: SlurmNames = Field(default=None, description="partition of server jobs; null: `partition`")
 
     @field_validator("cpus_per_task", "gpus_per_task", "workers", "max_parallel", "max_requeues", "signal_lead_s",
                      "server_wait_s", "server_cpus", "server_gpus", mode="before")
@@ -278,37 +290,12 @@ class SlurmSettings(BaseModel):
     def number(cls, v: Any) -> Any:
         return _not_bool(v)
 
-    @field_validator("partition", "account", "qos", "server_partition")
-    @classmethod
-    def name(cls, v: str | None) -> str | None:
-        return _directive_value(v, SLURM_NAME, "gpu or gpu,debug (letters, digits, '_', '.', '-')")
-
     @field_validator("time", mode="before")
     @classmethod
     def time_limit(cls, v: Any) -> Any:
         if isinstance(v, int) and not isinstance(v, bool) and v > 0:
             v = str(v)  # minutes, as sbatch reads a bare number
         return _directive_value(v, SLURM_TIME, "90 (minutes), 4:00:00, 1-12 or 2-00:30:00 (Slurm's time format)")
-
-    @field_validator("mem", "server_mem")
-    @classmethod
-    def memory(cls, v: str | None) -> str | None:
-        return _directive_value(v, SLURM_MEM, "16G or 4096 (megabytes): a number and K, M, G or T")
-
-    @field_validator("gres")
-    @classmethod
-    def generic_resources(cls, v: str | None) -> str | None:
-        return _directive_value(v, SLURM_GRES, "gpu:1 or gpu:a100:2")
-
-    @field_validator("constraint")
-    @classmethod
-    def features(cls, v: str | None) -> str | None:
-        return _directive_value(v, SLURM_CONSTRAINT, "a100 or 'a100|h100' (no spaces)")
-
-    @field_validator("job_name")
-    @classmethod
-    def job_name_chars(cls, v: str | None) -> str | None:
-        return _directive_value(v, SLURM_JOB_NAME, "my-eval (letters, digits, '_', '.', '-')")
 
     @field_validator("extra_sbatch")
     @classmethod
