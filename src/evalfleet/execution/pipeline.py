@@ -80,14 +80,14 @@ def prepare(loaded: LoadedExperiment, backend: Backend, output: str | os.PathLik
     check_shard_size(shard_size)
     require_executable(loaded.experiment.runs, loaded.path)
     backend.check()
-    check_experiment = getattr(backend, "check_experiment", None)  # the backend's settings, before any file
-    if check_experiment is not None:
-        check_experiment(loaded)
     if backend.name == "local":  # its policy servers start here: their programs must exist here
         check_server_programs(loaded.experiment.runs, loaded.path)
     elif backend.name == "ray":  # its servers bind the node's address: a key, or allow_unauthenticated
         server_commands(loaded.experiment.runs, loaded.path, host="0.0.0.0")
     out = output_folder(output, where="evalfleet.run", key="output") if output is not None else default_output(loaded)
+    check_experiment = getattr(backend, "check_experiment", None)  # the backend's settings, before any file
+    if check_experiment is not None:
+        check_experiment(loaded, out)
     prepare_output(out, loaded, resume=resume)
     return out
 

@@ -197,3 +197,16 @@ def test_a_task_stopped_by_the_signal_before_its_time_limit_says_so() -> None:
     assert states["5_1"].stopped_before_limit(30)
     assert not states["5_3"].stopped_before_limit(30)  # an scancel long before the limit
     assert states["5_2"].problem() == "Slurm job 5_2 TIMEOUT (signal 15, TimeLimit, on vm, time limit 00:01:00)"
+
+
+@pytest.mark.parametrize("override, output, key", [("slurm.time=5h", "out", "slurm.time"),
+                                                   ("slurm.mem=4G", "my out", "--output")])
+def test_run_refuses_before_the_output_folder_exists(tmp_path: Path, monkeypatch, capsys, override: str,
+                                                     output: str, key: str) -> None:
+    import evalfleet.execution.slurm.commands as commands
+
+    monkeypatch.setattr(commands.shutil, "which", lambda name: f"/usr/bin/{name}")  # as on a login node
+    folder = tmp_path / output
+    assert main(["run", str(experiment(tmp_path)), override, "--backend", "slurm", "--output", str(folder)]) == 2
+    assert f"{key}:" in capsys.readouterr().err
+    assert not folder.exists()

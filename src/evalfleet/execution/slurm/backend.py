@@ -33,12 +33,13 @@ class SlurmBackend(BackendBase):
         for name in ("sbatch", "squeue", "scancel"):
             executable(name)
 
-    def check_experiment(self, loaded: Any) -> None:
-        """What `evalfleet run` refuses before the output folder exists: the slurm.* settings, servers bound to
-        the node's address without a key."""
+    def check_experiment(self, loaded: Any, out: Path) -> None:
+        """What `evalfleet run` refuses before the output folder exists: the slurm.* settings, an output path an
+        `#SBATCH` line cannot carry, servers bound to the node's address without a key."""
         from evalfleet.execution.slurm.render import check_servers
 
         slurm_settings(loaded)
+        check_output_path(out)
         check_servers(loaded)
 
     def open(self) -> int:
