@@ -171,8 +171,10 @@ def test_a_hang_after_the_first_output_is_detected_as_stalled(tmp_path: Path) ->
 
 
 def test_a_silent_cold_start_within_the_grace_is_not_killed(tmp_path: Path) -> None:
-    proc, out, state, _ = run_task(tmp_path, "experiment_runner.stall_s=1.5", "experiment_runner.startup_grace_s=60",
-                                   env={"COLD_START_S": "5"}, episodes=2)
+    # The cold start (10 s silent) is longer than the stall limit (4 s, 20 times a 0.2 s episode, so a slow
+    # machine never looks stalled once it runs): only the startup grace keeps it alive.
+    proc, out, state, _ = run_task(tmp_path, "experiment_runner.stall_s=4", "experiment_runner.startup_grace_s=60",
+                                   env={"COLD_START_S": "10"}, episodes=2)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_status, _ = statuses(out)
     assert run_status["state"] == "completed" and run_status["restarts"] == 0, run_status
