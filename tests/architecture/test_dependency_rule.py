@@ -30,10 +30,11 @@ LAYERS: list[set[str]] = [
 ]
 CLI = "evalfleet.cli"
 CLI_LAYER = len(LAYERS) - 1
-# The entry points outside the package: the `__main__` of `python -m evalfleet.execution.watchdog` and of
-# `python -m evalfleet.execution.osmo` (rendered task scripts run them) are thin shims that call into
-# evalfleet.cli, so they are the command line too (layer CLI_LAYER); nothing else imports evalfleet.cli.
-CLI_ENTRY_POINTS = {"evalfleet.execution.watchdog.__main__", "evalfleet.execution.osmo.__main__"}
+# The entry points outside the package: the `__main__` of `python -m evalfleet.execution.watchdog`, `.osmo`
+# and `.slurm` (rendered task scripts run them) are thin shims that call into evalfleet.cli, so they are the
+# command line too (layer CLI_LAYER); nothing else imports evalfleet.cli.
+CLI_ENTRY_POINTS = {"evalfleet.execution.watchdog.__main__", "evalfleet.execution.osmo.__main__",
+                    "evalfleet.execution.slurm.__main__"}
 
 def module_name(path: Path, src: Path = SRC) -> str:
     name = ".".join(path.relative_to(src).with_suffix("").parts)

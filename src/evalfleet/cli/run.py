@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_experiment_args(p)
     p.add_argument("--output", "-o", metavar="DIR", help="output folder (default: outputs/<name>-<time>)")
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count)")
-    p.add_argument("--backend", default="local", help="where episodes run: local or ray (see docs/cluster.md)")
+    p.add_argument("--backend", default="local", help="where episodes run: local, ray or slurm (see docs/cluster.md)")
     p.add_argument("--ray-address", metavar="ADDR", default=None,
                    help="Ray cluster address (HOST:6379 or auto); default: a local Ray instance sized to this machine")
     p.add_argument("--resume", action="store_true", help="continue an interrupted output folder")

@@ -17,7 +17,7 @@ from evalfleet.cli.experiment_args import add_experiment_args, experiment_path, 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("submit", help="send the Experiment to a cluster (OSMO workflows or a Ray job)")
     add_experiment_args(p)
-    p.add_argument("--backend", required=True, help="the cluster engine: osmo or ray")
+    p.add_argument("--backend", required=True, help="the cluster engine: osmo, ray or slurm")
     p.add_argument("--dry-run", "--dry_run", dest="dry_run", action="store_true",
                    help="print what would be submitted; submit nothing")
     p.add_argument("--list-overrides", "--list_overrides", dest="list_overrides", action="store_true",

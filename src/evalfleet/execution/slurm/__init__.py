@@ -5,7 +5,8 @@ The package, by concern: `paths` (OUT/.evalfleet/slurm/ on the shared filesystem
 the runner array, a server job, the collect job), `render` (the plan → scripts, every check first), `commands`
 (sbatch, sacct, squeue, scancel), `launch` (writing and submitting; waiting for the array), `backend` (the
 `slurm` backend: `submit` and the blocking `execute`), `task_steps` (what runs inside the jobs: serve, wire,
-collect) and `task_command` (their command line, ``python -P -m evalfleet.execution.slurm ...``, `__main__`).
+collect; their command line, ``python -P -m evalfleet.execution.slurm ...``, is `cli/slurm_task`, which
+`__main__` calls).
 
     server-<id>.sbatch   one job per policy server (serving.planning.plan_server_groups: server_sharing holds);
                          publishes servers/<id>.json {host, port} once healthy, serves until SIGTERM

@@ -1,5 +1,6 @@
-"""``python -m evalfleet.execution.slurm serve|wire|collect``: the steps the rendered batch scripts run."""
+"""``python -m evalfleet.execution.slurm serve|wire|collect``: the steps the rendered batch scripts run; their
+parser is `evalfleet.cli.slurm_task`."""
 
-from evalfleet.execution.slurm.task_command import main
+from evalfleet.cli.slurm_task import main
 
 raise SystemExit(main())

@@ -1,6 +1,6 @@
 """The command line of the Slurm jobs' own steps, ``python -P -m evalfleet.execution.slurm serve|wire|collect``
-(the rendered batch scripts run it; `task_steps` holds what each step does). Parsing only. It counts as the
-command line (tests/architecture) until it moves into evalfleet.cli with the watchdog's and OSMO's."""
+(the rendered batch scripts run it; `execution.slurm.task_steps` holds what each step does). Parsing only;
+`execution/slurm/__main__.py` is a shim calling `main`, like the watchdog's and OSMO's."""
 
 from __future__ import annotations
 
