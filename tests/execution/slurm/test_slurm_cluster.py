@@ -6,7 +6,9 @@ nothing lost or duplicated; a task killed for memory shows with Slurm's OUT_OF_M
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -56,6 +58,39 @@ def wait_for(predicate: Any, timeout: float, what: str) -> None:
         time.sleep(0.5)
 
 
+PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
+
+
+@pytest.fixture
+def test_plugins(monkeypatch) -> None:
+    """evalfleet_test_plugins (the gated expert) for this process and for the jobs, which inherit its
+    environment."""
+    monkeypatch.setenv("EVALFLEET_PLUGINS", "evalfleet_test_plugins")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")])))
+    monkeypatch.syspath_prepend(str(PLUGINS))  # for this process's own `submit` and `run`, whose registries
+    importlib.import_module("evalfleet_test_plugins")  # may have been loaded before EVALFLEET_PLUGINS was set
+
+
+def gated(gate: Path) -> dict[str, Any]:
+    """The expert held at `gate` once a runner process has started one episode of it
+    (evalfleet_test_plugins.GatedExpert): what a test interrupts there still holds work, on any machine."""
+    gate.mkdir(exist_ok=True)
+    return {**EXPERT, "policy": {"type": "test_gated_expert", "gate": str(gate), "after_episodes": 1}}
+
+
+def array_task_of(pid: int) -> str | None:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None  # gone
+    return next((v.split(b"=", 1)[1].decode() for v in environ if v.startswith(b"SLURM_ARRAY_TASK_ID=")), None)
+
+
+def waiting_tasks(gate: Path) -> set[str]:
+    """The array tasks (SLURM_ARRAY_TASK_ID) with a live runner waiting at `gate`."""
+    return {t for p in gate.glob("*.waiting") if (t := array_task_of(int(p.name.split(".")[0]))) is not None}
+
+
 @pytest.fixture(scope="module")
 def past_its_time_limit(slurm_cluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An Experiment submitted with a one-minute limit whose array tasks outlive it (a setup line sleeps in them,
@@ -85,36 +120,50 @@ def part_lines(out: Path, run: str) -> int:
     return sum(p.read_text().count("\n") for p in (out / run / "parts").glob("*.jsonl"))
 
 
-def requeue_midway(out: Path, errors: list[BaseException]) -> None:
-    """Once the served Run has records, `scontrol requeue` its server's job; once the expert Run has, requeue
-    array task 1 (a running task: Slurm stops it and starts it again with SLURM_RESTART_COUNT=1)."""
+def requeue_midway(out: Path, gate: Path, errors: list[BaseException], ended: threading.Event) -> None:
+    """Once the served Run has a record, `scontrol requeue` its server's job; once array task 1's runner waits at
+    the expert Run's gate (it holds an unfinished shard), requeue task 1 (Slurm stops it and starts it again with
+    SLURM_RESTART_COUNT=1), then release the gate."""
     try:
         paths = SlurmPaths(out.absolute())
-        wait_for(lambda: paths.jobs.exists() and (out / "served" / "parts").is_dir() and part_lines(out, "served") >= 2,
-                 300, "the served Run's first records")
+        wait_for(lambda: ended.is_set() or (paths.jobs.exists() and (out / "served" / "parts").is_dir()
+                                            and part_lines(out, "served") >= 1), 300, "the served Run's first record")
+        if ended.is_set():
+            return  # the run ended early: its exit code says why
         jobs = read_jobs(paths)
         subprocess.run(["scontrol", "requeue", *jobs["server_jobs"].values()], check=True)
-        wait_for(lambda: part_lines(out, "expert") >= 3, 300, "the expert Run's records")
+        wait_for(lambda: ended.is_set() or "1" in waiting_tasks(gate), 300, "array task 1 at the expert Run's gate")
+        if ended.is_set():
+            return
         subprocess.run(["scontrol", "requeue", f"{jobs['runners']}_1"], check=True)
     except BaseException as exc:  # noqa: BLE001 - re-raised by the test's thread
         errors.append(exc)
+    finally:
+        (gate / "release").touch()
 
 
-def test_run_on_slurm_gives_the_records_local_gives_through_requeues(slurm_cluster, tmp_path: Path) -> None:
+def test_run_on_slurm_gives_the_records_local_gives_through_requeues(slurm_cluster, test_plugins,
+                                                                     tmp_path: Path) -> None:
     """Must-show 1 and 2: two Runs (one served) on Slurm and locally, identical per-episode records; on Slurm
     the server's job and a running array task are requeued midway: resumed, nothing lost or duplicated, the
     episodes the server's outage hit are retried (no failure, no error left)."""
-    exp = write(tmp_path, {"expert": EXPERT, "served": SERVED}, 6)
+    gate = tmp_path / "gate"
+    exp = write(tmp_path, {"expert": gated(gate), "served": SERVED}, 6)
     on_slurm, local = tmp_path / "slurm", tmp_path / "local"
     errors: list[BaseException] = []
-    helper = threading.Thread(target=requeue_midway, args=(on_slurm, errors))
+    ended = threading.Event()
+    helper = threading.Thread(target=requeue_midway, args=(on_slurm, gate, errors, ended))
     helper.start()
-    code = main(["run", str(exp), *SMALL, "--backend", "slurm", "--workers", "2", "--output", str(on_slurm),
-                 "--no-progress"])
-    helper.join()
+    try:
+        # Shards of 2 episodes: the expert Run has three, so task 1 reaches one while task 0 holds another.
+        code = main(["run", str(exp), *SMALL, "--backend", "slurm", "--workers", "2", "--shard-size", "2",
+                     "--output", str(on_slurm), "--no-progress"])
+    finally:
+        ended.set()
+        helper.join()
     assert not errors, errors
     assert code == 0
-    assert main(["run", str(exp), "--workers", "2", "--output", str(local), "--no-progress"]) == 0
+    assert main(["run", str(exp), "--workers", "2", "--output", str(local), "--no-progress"]) == 0  # gate released
     for run in ("expert", "served"):
         assert records(on_slurm, run) == records(local, run)
         assert len(records(on_slurm, run)) == 6
@@ -127,15 +176,21 @@ def test_run_on_slurm_gives_the_records_local_gives_through_requeues(slurm_clust
     assert states == [f"{jobs['runners']}_0|COMPLETED", f"{jobs['runners']}_1|COMPLETED"]
 
 
-def test_a_cancelled_array_task_is_reported_and_resume_completes(slurm_cluster, tmp_path: Path, capsys) -> None:
-    exp = write(tmp_path, {"expert": EXPERT}, 10, name="slurm_cancel")
+def test_a_cancelled_array_task_is_reported_and_resume_completes(slurm_cluster, test_plugins, tmp_path: Path,
+                                                                  capsys) -> None:
+    # Both array tasks are held at the gate after their first episode, so task 1 is cancelled while it still
+    # holds work, on any machine.
+    gate = tmp_path / "gate"
+    exp = write(tmp_path, {"expert": gated(gate)}, 10, name="slurm_cancel")
     out = tmp_path / "out"
     assert main(["submit", str(exp), "slurm.workers=2", *SMALL, "--backend", "slurm", "--output-dir", str(out)]) == 0
     jobs = read_jobs(SlurmPaths(out.absolute()))
-    claims = SlurmPaths(out.absolute()).claims
-    wait_for(lambda: any(c.read_text() == "1" for c in claims.iterdir()), 300, "array task 1's first claim")
+    wait_for(lambda: waiting_tasks(gate) == {"0", "1"}, 300, "both array tasks at the gate")
     task = f"{jobs['runners']}_1"
     subprocess.run(["scancel", task], check=True)
+    wait_for(lambda: not subprocess.run(["squeue", "-h", "-j", task], capture_output=True, text=True).stdout.strip(),
+             300, f"{task} to leave the queue")
+    (gate / "release").touch()  # task 0 runs what is left unclaimed; task 1's claimed shard stays unfinished
     result_file = out / "experiment_result.json"
     wait_for((out / "index.html").exists, 300, "the collect job's index.html")
     status = json.loads((out / "expert" / "run_status.json").read_text())
@@ -169,18 +224,20 @@ def test_a_task_killed_for_memory_shows_slurms_reason(slurm_cluster, tmp_path: P
 SECRET = "sk-slurm-Zq8$(touch LEAK)-x7"
 
 
-def test_ctrl_c_cancels_every_job_and_says_how_to_resume(slurm_cluster, tmp_path: Path) -> None:
+def test_ctrl_c_cancels_every_job_and_says_how_to_resume(slurm_cluster, test_plugins, tmp_path: Path) -> None:
     """Also must-show 4 on the cluster: the served policy's api_key reaches its server and client through the
-    jobs' environment, and no script, log, record or printed line holds it."""
+    jobs' environment, and no script, log, record or printed line holds it. The expert Run is held at a gate
+    never released: the run is still going when Ctrl-C comes, on any machine."""
     keyed = {**SERVED, "policy": {"type": "openpi_remote", "serve": {"type": "metaworld_expert"}, "api_key": SECRET}}
-    exp = write(tmp_path, {"expert": EXPERT, "served": keyed}, 20, name="slurm_interrupt")
+    gate = tmp_path / "gate"
+    exp = write(tmp_path, {"expert": gated(gate), "served": keyed}, 20, name="slurm_interrupt")
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "evalfleet.cli", "run", str(exp), *SMALL, "--backend", "slurm",
                              "--workers", "2", "--output", str(out), "--no-progress"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: all((out / r / "parts").is_dir() and part_lines(out, r) >= 1 for r in ("expert", "served")),
-                 300, "the first records of both Runs")
+        wait_for(lambda: all((out / r / "parts").is_dir() and part_lines(out, r) >= 1 for r in ("expert", "served"))
+                 and waiting_tasks(gate), 300, "the first records of both Runs and a runner at the gate")
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
     finally:
