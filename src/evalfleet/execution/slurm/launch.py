@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from evalfleet.errors import UserError
 from evalfleet.execution.output_dir import mark_runs_running
+from evalfleet.execution.slurm.paths import TASK_HEARTBEAT, TASK_STATUS, WIRED_EXPERIMENT, task_glob
 from evalfleet.execution.slurm.commands import SlurmCommandError, TaskState, queued, sacct, sbatch, scancel
 from evalfleet.execution.slurm.render import Rendering, write_jobs
 from evalfleet.secrets import exported
@@ -26,7 +27,7 @@ def reset_state(rendering: Rendering) -> None:
     paths = rendering.paths
     shutil.rmtree(paths.claims, ignore_errors=True)
     shutil.rmtree(paths.servers, ignore_errors=True)
-    for pattern in ("task-*.heartbeat", "task-*.status.json", "experiment.wired-*.yaml"):
+    for pattern in map(task_glob, (TASK_HEARTBEAT, TASK_STATUS, WIRED_EXPERIMENT)):
         for old in paths.root.glob(pattern):
             old.unlink(missing_ok=True)
     for folder in (paths.claims, paths.servers, paths.logs):

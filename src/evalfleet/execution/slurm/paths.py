@@ -25,6 +25,26 @@ from evalfleet.layout import CLAIMS_DIR, SLURM_DIR, internal_dir
 # one of Slurm's file name patterns.
 SAFE_PATH = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
 JOBS_FILE = "jobs.json"
+LOGS_DIR = "logs"
+SERVERS_DIR = "servers"
+# Names of an array task's files, `{task}` its index: the scripts write them with their own $TASK (`split_task`)
+# and Slurm's `%a`, Python with the number.
+RUNNER_LOG = "runner-{task}.log"
+TASK_HEARTBEAT = "task-{task}.heartbeat"
+TASK_STATUS = "task-{task}.status.json"
+WIRED_EXPERIMENT = "experiment.wired-{task}.yaml"
+SERVER_LOG = "server-{server}.log"
+COLLECT_LOG = "collect.log"
+
+
+def split_task(name: str) -> tuple[str, str]:
+    """(before, after) the `{task}` of one of the names above."""
+    before, after = name.split("{task}")
+    return before, after
+
+
+def task_glob(name: str) -> str:
+    return name.format(task="*")
 
 
 @dataclass(frozen=True)
@@ -41,30 +61,30 @@ class SlurmPaths:
 
     @property
     def logs(self) -> Path:
-        return self.root / "logs"
+        return self.root / LOGS_DIR
 
     @property
     def servers(self) -> Path:
-        return self.root / "servers"
+        return self.root / SERVERS_DIR
 
     @property
     def jobs(self) -> Path:
         return self.root / JOBS_FILE
 
     def runner_log(self, task: int | str) -> Path:
-        return self.logs / f"runner-{task}.log"
+        return self.logs / RUNNER_LOG.format(task=task)
 
     def server_address(self, server: str) -> Path:
         return self.servers / f"{server}.json"
 
     def heartbeat(self, task: int | str) -> Path:
-        return self.root / f"task-{task}.heartbeat"
+        return self.root / TASK_HEARTBEAT.format(task=task)
 
     def status(self, task: int | str) -> Path:
-        return self.root / f"task-{task}.status.json"
+        return self.root / TASK_STATUS.format(task=task)
 
     def wired(self, task: int | str) -> Path:
-        return self.root / f"experiment.wired-{task}.yaml"
+        return self.root / WIRED_EXPERIMENT.format(task=task)
 
 
 def check_output_path(out: Path, key: str = "--output") -> Path:

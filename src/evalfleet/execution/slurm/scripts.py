@@ -17,7 +17,8 @@ from typing import Any, Sequence
 from evalfleet import shell as sh
 from evalfleet.execution.invocation import shard_arg
 from evalfleet.execution.settings import SlurmSettings
-from evalfleet.execution.slurm.paths import SlurmPaths
+from evalfleet.execution.slurm.paths import (COLLECT_LOG, RUNNER_LOG, SERVER_LOG, TASK_HEARTBEAT, TASK_STATUS,
+                                              WIRED_EXPERIMENT, SlurmPaths, split_task)
 from evalfleet.execution.watchdog import WatchdogConfig
 from evalfleet.experiment.plan import Shard
 from evalfleet.interpreter import SAFE_PATH_FLAGS
@@ -73,6 +74,12 @@ def _in_state(folder: str, *rest: sh.Piece) -> tuple[sh.Piece, ...]:
     return (sh.Var("OUT"), f"/{folder}/", *rest) if rest else (sh.Var("OUT"), f"/{folder}")
 
 
+def _task_file(folder: str, name: str) -> tuple[sh.Piece, ...]:
+    """OUT/<folder>/<name> for this array task, `{task}` written as the script's $TASK."""
+    before, after = split_task(name)
+    return _in_state(folder, before, sh.Var("TASK"), after)
+
+
 def _relative(paths: SlurmPaths, path: Path) -> str:
     return str(path.relative_to(paths.out))
 
@@ -95,7 +102,7 @@ def runners_script(paths: SlurmPaths, settings: SlurmSettings, *, job_name: str,
     extra += [f"--gres={settings.gres}"] if settings.gres else []
     extra += [f"--constraint={settings.constraint}"] if settings.constraint else []
     extra += [f"--signal=B:TERM@{settings.signal_lead_s}"] if settings.signal_lead_s else []
-    lines = _directives(settings, job_name=job_name, log=str(paths.logs / "runner-%a.log"),
+    lines = _directives(settings, job_name=job_name, log=str(paths.logs / RUNNER_LOG.format(task="%a")),
                         partition=settings.partition, extra=extra)
     lines += _head(paths.out, settings, "evalfleet runner array: each task runs the shards it claims under the "
                    "watchdog; a requeued task resumes its claims")
@@ -103,7 +110,7 @@ def runners_script(paths: SlurmPaths, settings: SlurmSettings, *, job_name: str,
     state = _relative(paths, paths.root)
     runner: list[Any] = [*python, "-m", "evalfleet.cli", "runner"]
     if servers:
-        runner.append(_in_state(state, "experiment.wired-", sh.Var("TASK"), ".yaml"))
+        runner.append(_task_file(state, WIRED_EXPERIMENT))
     else:
         runner.append(_in_state(_relative(paths, experiment)) if experiment.is_relative_to(paths.out) else
                       str(experiment))
@@ -129,8 +136,8 @@ def runners_script(paths: SlurmPaths, settings: SlurmSettings, *, job_name: str,
         "# exec: Slurm's SIGTERM (scancel, --signal before the time limit, preemption) reaches the watchdog, which",
         "# stops the runner between episodes; what finished is kept",
         sh.command("exec", *python, "-m", "evalfleet.execution.watchdog", *watchdog_flags(watchdog, startup),
-                   "--heartbeat", _in_state(state, "task-", sh.Var("TASK"), ".heartbeat"),
-                   "--status-file", _in_state(state, "task-", sh.Var("TASK"), ".status.json"), "--", *child,
+                   "--heartbeat", _task_file(state, TASK_HEARTBEAT),
+                   "--status-file", _task_file(state, TASK_STATUS), "--", *child,
                    key="slurm.python"),
         "",
     ]
@@ -142,7 +149,7 @@ def server_script(paths: SlurmPaths, settings: SlurmSettings, *, job_name: str, 
     extra = [f"--cpus-per-task={settings.server_cpus}", "--requeue"]
     extra += [f"--mem={settings.server_mem}"] if settings.server_mem else []
     extra += [f"--gpus={settings.server_gpus}"] if settings.server_gpus is not None else []
-    lines = _directives(settings, job_name=job_name, log=str(paths.logs / f"server-{server}.log"),
+    lines = _directives(settings, job_name=job_name, log=str(paths.logs / SERVER_LOG.format(server=server)),
                         partition=settings.server_partition or settings.partition, extra=extra)
     lines += _head(paths.out, settings, f"evalfleet policy server {server}: publishes its address in "
                    f"{_relative(paths, paths.server_address(server))} once healthy, serves until SIGTERM")
@@ -154,7 +161,7 @@ def server_script(paths: SlurmPaths, settings: SlurmSettings, *, job_name: str, 
 def collect_script(paths: SlurmPaths, settings: SlurmSettings, *, job_name: str) -> str:
     """The collect job (submitted with --dependency=afterany:<array>): every Run's status from the array tasks'
     Slurm states, the server jobs cancelled, then the output folder finalized (records, plots, index.html)."""
-    lines = _directives(settings, job_name=job_name, log=str(paths.logs / "collect.log"),
+    lines = _directives(settings, job_name=job_name, log=str(paths.logs / COLLECT_LOG),
                         partition=settings.partition, extra=["--cpus-per-task=1"])
     lines += _head(paths.out, settings, "evalfleet collect: Run statuses from the array tasks, then the report")
     lines += [sh.command("exec", *_python(settings), "-m", "evalfleet.execution.slurm", "collect", "--output",

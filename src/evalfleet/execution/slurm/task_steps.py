@@ -26,7 +26,7 @@ from evalfleet.execution.backends import WorkerResult
 from evalfleet.execution.local import claimed_by
 from evalfleet.execution.output_dir import write_atomic
 from evalfleet.execution.slurm.commands import TaskState, sacct, scancel
-from evalfleet.execution.slurm.paths import SlurmPaths
+from evalfleet.execution.slurm.paths import SERVER_LOG, SlurmPaths
 from evalfleet.execution.slurm.render import read_jobs
 from evalfleet.experiment.plan import Plan
 from evalfleet.layout import EXPERIMENT_FILE, server_log_path
@@ -124,7 +124,8 @@ def wire(out: Path, task: str, servers: list[str], wait_s: float, argv: list[str
         if time.monotonic() >= deadline:
             missing = ", ".join(s for s in servers if s not in addresses)
             print(f"evalfleet: no address from the server job(s) {missing} after {wait_s:g} s"
-                  f" (slurm.server_wait_s; see {paths.logs}/server-*.log)", file=sys.stderr, flush=True)
+                  f" (slurm.server_wait_s; see {paths.logs / SERVER_LOG.format(server='*')})", file=sys.stderr,
+                  flush=True)
             return 1
         time.sleep(POLL_S)
     wired = {s: (h, p) for s, (h, p, _) in addresses.items()}
