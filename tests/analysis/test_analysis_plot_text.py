@@ -15,7 +15,7 @@ def test_success_plot_has_task_label_and_records_its_smallest_text(evalfleet_out
     seen = {}
     real = plots.smallest_text_px
 
-    def spy(fig):  # noqa: ANN001 - keep the figure's texts to check them here
+    def spy(fig):  # keep the figure's texts to check them here
         from matplotlib.text import Text
 
         seen["texts"] = [(t.get_text(), t.get_fontsize()) for t in fig.findobj(Text)

@@ -64,7 +64,7 @@ FREE_PORT = "FREE_PORT"
 _PORT_FLAG = re.compile(r"(--[\w.-]*port)([= ])(\d+)\b")
 
 
-def plan_lines(name: str, plan, width: int, *, order: str | None = None) -> list[str]:  # noqa: ANN001 - an experiment.plan.Plan
+def plan_lines(name: str, plan, width: int, *, order: str | None = None) -> list[str]:  # an experiment.plan.Plan
     """The plan as text lines for `width` columns: Run names whole, commands wrapped between arguments; `order`:
     how the Runs are ordered on a cluster (`execution.osmo.run_order`), when that changes anything."""
     from evalfleet.textlayout import Column, command_lines, table_lines, wrap_fields
@@ -96,7 +96,7 @@ def plan_lines(name: str, plan, width: int, *, order: str | None = None) -> list
     return lines
 
 
-def spec_check_lines(plan, width: int) -> list[str]:  # noqa: ANN001 - an experiment.plan.Plan
+def spec_check_lines(plan, width: int) -> list[str]:  # an experiment.plan.Plan
     """What is checked before each Run's first episode: the policy's declaration against the environment."""
     from evalfleet.experiment.validation import spec_check_summary
     from evalfleet.textlayout import wrap_fields

@@ -83,7 +83,7 @@ class LocalRun:
     _spare_taken: threading.Lock = field(default_factory=threading.Lock)
 
     @property
-    def plan(self):  # noqa: ANN201 - evalfleet.experiment.plan.Plan
+    def plan(self):  # evalfleet.experiment.plan.Plan
         return self.job.plan
 
     @property
@@ -191,7 +191,7 @@ def claimed_by(claim_dir: Path, shards: list[Shard], worker: int | str) -> list[
     return mine
 
 
-def claim_shards(shards: list[Shard], claim_dir: Path, worker: str):  # noqa: ANN201 - a generator of Shard
+def claim_shards(shards: list[Shard], claim_dir: Path, worker: str):  # a generator of Shard
     """Yield the shards this worker claims, one at a time, right before it runs each: unclaimed ones
     (created atomically) and its own earlier claims (a relaunch resumes them)."""
     for shard in shards:

@@ -44,7 +44,7 @@ def preload() -> None:
         from evalfleet.analysis.plots import load_matplotlib
 
         load_matplotlib()
-    except Exception:  # noqa: BLE001 - the real import, in finalize, raises with its context
+    except Exception:  # the real import, in finalize, raises with its context
         log.debug("preloading the plotting modules failed", exc_info=True)
 
 

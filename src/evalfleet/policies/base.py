@@ -46,7 +46,7 @@ class BasePolicy:
 
     metadata: dict[str, Any] = {}
 
-    def reset(self, episode_seed: int, env_id: int = 0) -> None:  # noqa: B027 - optional hook
+    def reset(self, episode_seed: int, env_id: int = 0) -> None:  # optional hook
         pass
 
     def declared_spec(self) -> PolicySpec | None:
@@ -60,7 +60,7 @@ class BasePolicy:
     def act_batch(self, observations: list[dict[str, Any]], env_ids: list[int]) -> list[np.ndarray]:
         return [self.act(obs, env_id) for obs, env_id in zip(observations, env_ids)]
 
-    def close(self) -> None:  # noqa: B027 - optional hook
+    def close(self) -> None:  # optional hook
         pass
 
 
@@ -126,7 +126,7 @@ class PolicySpec:
     def from_mapping(cls, data: Any, source: str) -> PolicySpec:
         """From a server's declaration. Raises ValueError naming the field that is not what it should be."""
         if not isinstance(data, dict):
-            raise ValueError(f"a spec must be a mapping, got {type(data).__name__}")
+            raise ValueError(f"a spec must be a mapping, got {type(data).__name__}")  # noqa: TRY004 - callers catch ValueError
         unknown = sorted(set(data) - {"action_dim", "action_low", "action_high", "cameras", "image_sizes",
                                       "image_size", "state_dim", "keys", "gripper"})
         if unknown:
@@ -159,7 +159,7 @@ class PolicySpec:
         cameras = tuple(str(c) for c in data.get("cameras") or ())
         sizes_in = data.get("image_sizes") or {}
         if not isinstance(sizes_in, dict):
-            raise ValueError("spec image_sizes must map camera -> [height, width]")
+            raise ValueError("spec image_sizes must map camera -> [height, width]")  # noqa: TRY004 - callers catch ValueError
         sizes = {str(c): size(hw, f"image_sizes.{c}") for c, hw in sizes_in.items()}
         if data.get("image_size") is not None:  # one size for every camera it names
             sizes = {c: size(data["image_size"], "image_size") for c in cameras} | sizes

@@ -97,7 +97,7 @@ class PolicyWorker:
                 continue
             try:
                 actions = await loop.run_in_executor(self._executor, self._run_batch, batch)
-            except Exception as exc:  # the policy failed: every caller in the batch gets the error
+            except Exception as exc:  # noqa: BLE001 - the policy failed: every caller in the batch gets the error
                 for pending in batch:
                     if not pending.future.done():
                         pending.future.set_exception(exc)
@@ -122,7 +122,7 @@ class PolicyWorker:
             self._task.cancel()
             try:
                 await self._task
-            except (asyncio.CancelledError, Exception):
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - handed to every caller of the batch
                 pass
             self._task = None
         self._queue = None

@@ -140,7 +140,7 @@ class Gr00tServer(PolicyServer):
             if current:
                 return [actions, {"infer_ms": (time.monotonic() - start) * 1000.0}]
             return actions
-        except Exception as exc:  # noqa: BLE001 - the client gets the error, the server lives on
+        except Exception as exc:  # the client gets the error, the server lives on
             log.exception("error in endpoint %s", endpoint)
             return {"error": f"{type(exc).__name__}: {exc}"}
 
@@ -154,7 +154,7 @@ class Gr00tServer(PolicyServer):
                 return gr00t_packb(reply)
             except (TypeError, ValueError, OverflowError) as exc:
                 return gr00t_packb({"error": f"could not encode the reply: {exc}"})
-        except Exception as exc:  # noqa: BLE001 - a bug here must still answer, not leave the client waiting
+        except Exception as exc:  # a bug here must still answer, not leave the client waiting
             log.exception("unexpected error answering a request")
             return gr00t_packb({"error": f"internal server error: {type(exc).__name__}"})
 

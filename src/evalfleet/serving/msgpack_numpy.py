@@ -48,7 +48,7 @@ def _checked_dtype(spec: Any) -> np.dtype:
         raise WireFormatError(f"a dtype must be a string, got {type(spec).__name__}")
     try:
         dtype = np.dtype(spec)
-    except Exception as exc:  # noqa: BLE001 - numpy's dtype parser raises several kinds on junk
+    except Exception as exc:  # numpy's dtype parser raises several kinds on junk
         raise WireFormatError(f"bad dtype on the wire: {spec[:40]!r}") from exc
     return _allowed_dtype(dtype)
 
@@ -211,7 +211,7 @@ def npy_array(data: bytes) -> np.ndarray:
     stream.seek(8)
     try:
         shape, fortran_order, dtype = readers[version](stream, max_header_size=_NPY_MAX_HEADER)
-    except Exception as exc:  # noqa: BLE001 - numpy's header parser raises several kinds on junk
+    except Exception as exc:  # numpy's header parser raises several kinds on junk
         raise WireFormatError(f"bad .npy header: {exc}") from exc
     dtype = _allowed_dtype(dtype)
     shape = _checked_shape(shape)

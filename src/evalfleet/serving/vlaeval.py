@@ -193,7 +193,7 @@ class VlaEvalServer(WebsocketServer):
                     await reply("action", {"actions": np.asarray(action, dtype=np.float32)}, seq)
             except websockets.ConnectionClosed:
                 raise
-            except Exception as exc:  # noqa: BLE001 - the peer is told, the connection stays (as vla-eval)
+            except Exception as exc:  # the peer is told, the connection stays (as vla-eval)
                 log.exception("policy error on connection %d", env_id)
                 what = "observation_failed" if msg_type == "observation" else f"{msg_type}_failed"
                 await reply("error", {"error": f"{what}: {type(exc).__name__}: {exc}"}, seq)

@@ -117,7 +117,7 @@ class GymnasiumAdapter(EnvironmentBase):
             self.action_low = np.array([float(space.start)])
             self.action_high = np.array([float(space.start + space.n - 1)])
         else:
-            raise ValueError(
+            raise ValueError(  # noqa: TRY004 - callers catch ValueError
                 f"{self.name}: action space {space} is neither a Box nor Discrete; evalfleet steps only those"
             )
         if self.actions == "normalized" and not np.all(np.isfinite([self.action_low, self.action_high])):

@@ -133,7 +133,7 @@ def free_idle_contexts() -> None:
         for context in contexts:
             try:
                 context.free()
-            except Exception:  # noqa: BLE001 - at exit another library may have ended the EGL display first
+            except Exception:  # at exit another library may have ended the EGL display first
                 if not _closing:
                     raise
                 # Nothing left to free; without this the context's __del__ would try (and print) again.

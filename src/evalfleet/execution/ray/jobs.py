@@ -49,7 +49,7 @@ def submit_ray_job(exp_path: str | Path, overrides: list[str], address: str, *, 
         (staging / EXPERIMENT_FILE).write_text(loaded.resolved_yaml(), encoding="utf-8")
         try:
             client = JobSubmissionClient(address)
-        except Exception as exc:  # noqa: BLE001 - connection problems are the user's to fix
+        except Exception as exc:  # connection problems are the user's to fix
             raise UserError(f"cannot reach the Ray Jobs API at {address}: {exc}", where="--ray-address") from exc
         runtime_env: dict[str, Any] = {"working_dir": str(staging)}
         if loaded.secrets:  # the job's runners and servers read them from the environment (evalfleet.secrets)
