@@ -62,9 +62,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.set_defaults(handler=cmd_compare)
 
     w = sub.add_parser("power", help="episodes per arm needed to detect a success-rate difference",
-                       description="Episodes per arm for a two-sided two-proportion z test (normal approximation).")
-    w.add_argument("--p1", type=float, required=True, help="success rate of one arm, e.g. 0.6")
-    w.add_argument("--p2", type=float, required=True, help="success rate of the other arm, e.g. 0.7")
+                       description="Episodes per arm for a two-sided two-proportion z test (normal approximation); "
+                                   "--paired: matched pairs (same seeds) for the exact McNemar test, from "
+                                   "--p1 --p2 --discordance or a pilot folder (--pilot DIR --policy A --baseline B).")
+    w.add_argument("--p1", type=float, help="success rate of one arm (with --paired: the policy), e.g. 0.6")
+    w.add_argument("--p2", type=float, help="success rate of the other arm (with --paired: the baseline), e.g. 0.7")
+    w.add_argument("--paired", action="store_true",
+                   help="paired episodes on shared seeds: N pairs for the exact McNemar test (Connor 1987, exact "
+                        "search)")
+    w.add_argument("--discordance", type=float,
+                   help="with --paired: probability that exactly one policy succeeds on a seed (p10 + p01)")
+    w.add_argument("--pilot", metavar="DIR", help="with --paired: a pilot output folder to estimate p1, p2 and "
+                                                  "the discordance from")
+    w.add_argument("--policy", help="with --pilot: the policy (p1)")
+    w.add_argument("--baseline", help="with --pilot: the baseline (p2)")
+    w.add_argument("--task", help="with --pilot: only this task's pairs (default: every task's, pooled)")
     w.add_argument("--alpha", type=float, default=0.05, help="two-sided significance level (default 0.05)")
     w.add_argument("--power", type=float, default=0.8, help="probability of detecting the difference (default 0.8)")
     w.set_defaults(handler=cmd_power)
@@ -253,6 +265,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_power(args: argparse.Namespace) -> int:
     from evalfleet.analysis.stats import episodes_per_arm
 
+    if args.paired:
+        return _cmd_power_paired(args)
+    for flag in ("discordance", "pilot", "policy", "baseline", "task"):
+        if getattr(args, flag) is not None:
+            raise UserError(f"--{flag} needs --paired (paired episodes on shared seeds)", where="command line",
+                            key="--paired")
+    for name in ("p1", "p2"):
+        if getattr(args, name) is None:
+            raise UserError(f"--{name} is required (or --paired --pilot DIR)", where="command line", key=f"--{name}")
     for name in ("p1", "p2"):
         value = getattr(args, name)
         if not 0 < value < 1:
@@ -271,4 +292,33 @@ def cmd_power(args: argparse.Namespace) -> int:
     print(f"{n} episodes per arm ({2 * n} in all) detect success rates {args.p1:g} vs {args.p2:g} with power "
           f"{args.power:g} at two-sided alpha {args.alpha:g} (two-proportion z test). Paired episodes (same seeds, "
           f"exact McNemar) usually need fewer.")
+    return 0
+
+
+def _cmd_power_paired(args: argparse.Namespace) -> int:
+    from evalfleet.analysis.paired_power import describe, paired_episodes, paired_episodes_from_pilot
+
+    where = "command line"
+    if args.pilot is not None:
+        given = [f"--{f}" for f in ("p1", "p2", "discordance") if getattr(args, f) is not None]
+        if given:
+            raise UserError(f"--pilot estimates the rates; drop {' '.join(given)} (or drop --pilot)", where=where,
+                            key="--pilot")
+        for flag in ("policy", "baseline"):
+            if getattr(args, flag) is None:
+                raise UserError(f"--pilot needs --{flag} POLICY", where=where, key=f"--{flag}")
+        if not Path(args.pilot).exists():
+            raise UserError("no such folder; give a pilot output folder", where=args.pilot, key="--pilot")
+        size = paired_episodes_from_pilot(args.pilot, args.policy, args.baseline, args.task, args.alpha, args.power)
+    else:
+        for flag in ("policy", "baseline", "task"):
+            if getattr(args, flag) is not None:
+                raise UserError(f"--{flag} needs --pilot DIR", where=where, key=f"--{flag}")
+        missing = [f"--{f}" for f in ("p1", "p2", "discordance") if getattr(args, f) is None]
+        if missing:
+            raise UserError(f"--paired needs {' '.join(missing)} (or --pilot DIR --policy A --baseline B)",
+                            where=where, key=missing[0])
+        size = paired_episodes(args.p1, args.p2, args.discordance, args.alpha, args.power)
+    for line in describe(size):
+        print(line)
     return 0
