@@ -13,10 +13,10 @@ from evalfleet.errors import UserError
 from evalfleet.execution.backends import BACKENDS, BackendBase, ExecutionJob, WorkerResult
 from evalfleet.execution.progress import ProgressTracker, watch_progress
 from evalfleet.execution.slurm.commands import executable, scancel
-from evalfleet.execution.slurm.launch import ArrayWatch, all_jobs, cancel, launch
+from evalfleet.execution.slurm.launch import ArrayWatch, ServerKeeper, all_jobs, cancel, launch
 from evalfleet.execution.slurm.paths import check_output_path
 from evalfleet.execution.slurm.render import WORKERS_CAP, render, slurm_settings
-from evalfleet.execution.slurm.task_steps import worker_results
+from evalfleet.execution.slurm.task_steps import blame_lost_servers, server_runs, worker_results
 
 
 @BACKENDS.register("slurm", summary="Slurm jobs: a runner array under the watchdog, a job per policy server")
@@ -49,18 +49,23 @@ class SlurmBackend(BackendBase):
         rendering = render(job.loaded, job.out, job.plan, workers=self.workers, watchdog=job.watchdog,
                            collect=False, experiment_file=experiment_file)
         jobs = launch(rendering, job.loaded, job.plan, log=job.log)
-        watch = ArrayWatch(jobs["runners"], rendering.workers).start()
+        keeper = ServerKeeper(rendering, jobs, job.loaded.secrets, log=job.log)  # a server job that ends: again
+        watch = ArrayWatch(jobs["runners"], rendering.workers, while_queued=keeper.poll).start()
         try:
             watch_progress([watch.thread], ProgressTracker.for_plan(job.out, job.plan), job.show_progress)
         except KeyboardInterrupt:
             watch.stop.set()
+            keeper.close()
             cancel(all_jobs(jobs))
             job.log(f"slurm: cancelled jobs {', '.join(all_jobs(jobs))}")
             raise
         finally:
+            keeper.close()
             scancel(jobs["server_jobs"].values())
-        return worker_results(rendering.paths, job.plan, jobs["runners"], rendering.workers, watch.states,
-                              rendering.settings.signal_lead_s)
+        results = worker_results(rendering.paths, job.plan, jobs["runners"], rendering.workers, watch.states,
+                                 rendering.settings.signal_lead_s)
+        blame_lost_servers(results, job.plan, keeper.lost, server_runs(job.loaded))
+        return results
 
     def submit(self, loaded: Any, *, dry_run: bool, output_dir: str | None, stream: TextIO) -> int:
         """Dry run: every batch script written into `output_dir` (one file each) and listed, or printed when no

@@ -1,12 +1,14 @@
 """Submitting a rendering: the scripts written to OUT/.evalfleet/slurm/, a fresh shard queue, then `sbatch` of
 each server job, the runner array and (for `evalfleet submit`) the collect job after the array; the blocking
-driver's wait for the array to end."""
+driver's wait for the array to end, resubmitting a server job that ended meanwhile (`ServerKeeper`)."""
 
 from __future__ import annotations
 
 import shutil
+import sys
 import threading
 import time
+import traceback
 from typing import Any, Callable
 
 from evalfleet.errors import UserError
@@ -14,6 +16,7 @@ from evalfleet.execution.output_dir import mark_runs_running
 from evalfleet.execution.slurm.paths import TASK_HEARTBEAT, TASK_STATUS, WIRED_EXPERIMENT, task_glob
 from evalfleet.execution.slurm.commands import SlurmCommandError, TaskState, queued, sacct, sbatch, scancel
 from evalfleet.execution.slurm.render import Rendering, write_jobs
+from evalfleet.execution.slurm.scripts import server_script_name
 from evalfleet.secrets import exported
 
 POLL_S = 2.0
@@ -84,14 +87,86 @@ def cancel(jobs: list[str], *, wait_s: float = 60.0) -> None:
         time.sleep(0.5)
 
 
+class ServerKeeper:
+    """The blocking driver's watch over the server jobs while the runner array is queued: a server job that ended
+    (scancel, NODE_FAIL, any final state; a requeued one stays queued and is left to Slurm) is submitted again
+    from its script, its address file removed first (its runners wait for the new one, and the wire step
+    restarts them on it), at most slurm.max_requeues times per server; jobs.json follows (Ctrl-C cancels the
+    new id). `lost`: server → why it was not resubmitted (its Runs fail with it)."""
+
+    def __init__(self, rendering: Rendering, jobs: dict[str, Any], secrets: Any, *, log: Callable[[str], None]):
+        self.rendering = rendering
+        self.jobs = jobs
+        self.secrets = secrets
+        self.log = log
+        self.resubmitted: dict[str, int] = {}
+        self.lost: dict[str, str] = {}
+        self.lock = threading.Lock()
+        self.closed = False
+
+    def close(self) -> None:
+        """No resubmission after this (the driver is cancelling or has finished)."""
+        with self.lock:
+            self.closed = True
+
+    def poll(self) -> None:
+        live = {s: j for s, j in self.jobs["server_jobs"].items() if s not in self.lost}
+        if not live:
+            return
+        try:
+            left = queued(live.values())
+        except (SlurmCommandError, UserError):
+            return
+        if left is None:  # squeue failed: ask the accounting
+            states = sacct(live.values())
+            ended = [s for s, j in live.items() if states and j in states and states[j].final]
+        else:
+            ended = [s for s, j in live.items() if j not in left]
+        for server in ended:
+            with self.lock:
+                if not self.closed:
+                    try:
+                        self._resubmit(server, live[server])
+                    except (SlurmCommandError, UserError):  # sacct or sbatch did not answer: the next poll
+                        pass
+
+    def _resubmit(self, server: str, job: str) -> None:
+        states = sacct([job])
+        state = states.get(job) if states else None
+        how = state.state if state is not None and state.final else "left the queue"
+        limit = self.rendering.settings.max_requeues
+        done = self.resubmitted.get(server, 0)
+        if done >= limit:
+            self.lost[server] = (f"server job {job} (server {server}) ended ({how}) after {done} resubmissions"
+                                 f" (slurm.max_requeues={limit}): not resubmitted")
+            self.log(f"slurm: {self.lost[server]}")
+            return
+        paths = self.rendering.paths
+        paths.server_address(server).unlink(missing_ok=True)
+        try:
+            with exported(self.secrets):
+                new = sbatch(paths.root / server_script_name(server))
+        except SlurmCommandError as exc:
+            self.lost[server] = f"server job {job} (server {server}) ended ({how}); resubmitting it failed: {exc}"
+            self.log(f"slurm: {self.lost[server]}")
+            return
+        self.resubmitted[server] = done + 1
+        self.jobs["server_jobs"][server] = new
+        write_jobs(paths, self.rendering, self.jobs)
+        self.log(f"slurm: server job {job} ended ({how}); resubmitted as {new}")
+
+
 class ArrayWatch:
     """A thread that ends when the runner array has left the queue (squeue) and, where there is accounting,
-    every task's final state is known (sacct); `states` then holds them (None without accounting)."""
+    every task's final state is known (sacct); `states` then holds them (None without accounting). While the
+    array is queued, each poll also calls `while_queued` (the ServerKeeper's poll)."""
 
-    def __init__(self, array: str, workers: int, poll_s: float = POLL_S):
+    def __init__(self, array: str, workers: int, poll_s: float = POLL_S,
+                 while_queued: Callable[[], None] | None = None):
         self.array = array
         self.workers = workers
         self.poll_s = poll_s
+        self.while_queued = while_queued
         self.stop = threading.Event()
         self.states: dict[str, TaskState] | None = None
         self.thread = threading.Thread(target=self._watch, daemon=True, name="slurm-array-watch")
@@ -99,6 +174,13 @@ class ArrayWatch:
     def start(self) -> "ArrayWatch":
         self.thread.start()
         return self
+
+    def _while_queued(self) -> None:
+        try:
+            self.while_queued()  # type: ignore[misc]
+        except Exception as exc:  # noqa: BLE001 - the watch over the array goes on; the failure is said
+            print(f"evalfleet: slurm: following the server jobs failed: {exc!r}\n{traceback.format_exc()}",
+                  file=sys.stderr, flush=True)
 
     def _final(self, states: dict[str, TaskState] | None) -> bool:
         if states is None:
@@ -113,6 +195,8 @@ class ArrayWatch:
             except (SlurmCommandError, UserError):
                 left = None
             if left:
+                if self.while_queued is not None:
+                    self._while_queued()
                 continue
             if left is None:  # squeue failed: ask the accounting
                 states = sacct([self.array])

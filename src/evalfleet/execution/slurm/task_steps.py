@@ -206,6 +206,38 @@ def worker_results(paths: SlurmPaths, plan: Plan, array: str, workers: int,
     return results
 
 
+def server_losses(states: dict[str, TaskState] | None, server_jobs: dict[str, str]) -> dict[str, str]:
+    """For the collect job: each server whose job ended before the runners did (its id and Slurm's final state):
+    its Runs' episodes the outage hit are infrastructure errors, and `--resume` reruns what is unfinished."""
+    lost = {}
+    for server, job in server_jobs.items():
+        state = (states or {}).get(str(job))
+        if state is not None and state.final:
+            lost[server] = (f"server job {job} (server {server}) ended ({state.state}) before the runners finished;"
+                            " nothing resubmitted it (evalfleet submit has no driver): --resume reruns what is"
+                            " unfinished")
+    return lost
+
+
+def blame_lost_servers(results: list[WorkerResult], plan: Plan, lost: dict[str, str],
+                       runs_of: dict[str, list[str]]) -> None:
+    """Every array task that ran a shard of a lost server's Runs carries why (so those Runs fail with it, where
+    episodes are missing); where no task claimed one, the first task carries those Runs' shards and the reason."""
+    for server, why in lost.items():
+        runs = set(runs_of.get(server, ()))
+        hit = [r for r in results if any(s.run in runs for s in r.shards)]
+        if not hit and results:
+            hit = [results[0]]
+            hit[0].shards = [*hit[0].shards, *(s for s in plan.shards if s.run in runs)]
+        for r in hit:
+            r.error = f"{r.error}; {why}" if r.error else why
+
+
+def server_runs(loaded: Any) -> dict[str, list[str]]:
+    """server id → the Runs it serves."""
+    return {s: list(p.runs) for s, p in _server_plans(loaded).items()}
+
+
 def collect(out: Path) -> int:
     """The collect job: Run statuses from the array tasks' Slurm states, server jobs cancelled, the report."""
     from evalfleet.execution.invocation import parse_shard
@@ -219,8 +251,11 @@ def collect(out: Path) -> int:
     plan.shards = [parse_shard(s, plan, str(paths.jobs)) for s in jobs.get("shards", [])] or plan.shards
     array = str(jobs.get("runners", ""))
     workers = int(jobs.get("workers", 1))
-    scancel(str(j) for j in (jobs.get("server_jobs") or {}).values())
+    server_jobs = {str(s): str(j) for s, j in (jobs.get("server_jobs") or {}).items()}
+    lost = server_losses(sacct(server_jobs.values()), server_jobs)  # before the scancel below ends them all
+    scancel(server_jobs.values())
     results = worker_results(paths, plan, array, workers, sacct([array]), int(jobs.get("signal_lead_s") or 0))
+    blame_lost_servers(results, plan, lost, server_runs(loaded))
     for r in results:
         if r.problem:
             print(f"evalfleet: array task {r.worker}: {r.problem}", flush=True)
