@@ -201,6 +201,8 @@ class ArrayWatch:
             if left is None:  # squeue failed: ask the accounting
                 states = sacct([self.array])
                 if states is None or not self._final(states):
+                    if self.while_queued is not None:
+                        self._while_queued()
                     continue
             break
         deadline = time.monotonic() + ACCOUNTING_LAG_S
