@@ -19,9 +19,9 @@ from evalfleet.cli import main
 from evalfleet.execution.slurm.paths import SlurmPaths
 from evalfleet.execution.slurm.render import read_jobs
 
-from test_slurm_cluster import EXPERT, SMALL, records, test_plugins, wait_for, write
+from test_slurm_cluster import EXPERT, SMALL, records, gated_plugins, wait_for, write
 
-__all__ = ["test_plugins"]  # the fixture, used by name below
+__all__ = ["gated_plugins"]  # the fixture, used by name below
 
 
 def served_gated(gate: Path) -> dict:
@@ -51,7 +51,7 @@ def kill_the_server(out: Path, gate: Path, errors: list[BaseException], ended: t
         (gate / "release").touch()
 
 
-def test_a_killed_server_job_is_resubmitted_and_its_episodes_retried(slurm_cluster, test_plugins, tmp_path: Path,
+def test_a_killed_server_job_is_resubmitted_and_its_episodes_retried(slurm_cluster, gated_plugins, tmp_path: Path,
                                                                      capsys) -> None:
     gate = tmp_path / "gate"
     exp = write(tmp_path, {"served": served_gated(gate), "expert": EXPERT}, 3, name="slurm_server_loss")
