@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "slurm-local.sh"
 CANNOT_START = 3  # the script's exit status for "cannot start here"
@@ -63,3 +64,24 @@ def slurm_cluster():
             stopped = _script("stop", timeout=120)
             if stopped.returncode != 0:
                 print(f"scripts/slurm-local.sh stop failed:\n{stopped.stdout}\n{stopped.stderr}", file=sys.stderr)
+
+
+@pytest.fixture(scope="session")
+def past_its_time_limit(slurm_cluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An Experiment submitted with a one-minute limit whose array tasks outlive it (a setup line sleeps in them,
+    not in the collect job: no CPU taken from the other tests). The first cluster test asks for it, so Slurm's
+    60-90 s to TIMEOUT pass while the other Slurm tests run; the test that reads the outcome is in the file that
+    runs last (test_slurm_time_limit.py)."""
+    from evalfleet.cli import main
+
+    tmp = tmp_path_factory.mktemp("time_limit")
+    exp = tmp / "slurm_time_limit.yaml"
+    exp.write_text(yaml.safe_dump({"name": "slurm_time_limit", "seed": 0,
+                                   "shared": {"rollout_limit": {"num_episodes": 2}},
+                                   "runs": {"expert": {"environment": {"type": "metaworld", "task": "push-v3"},
+                                                       "policy": {"type": "metaworld_expert"}}}}, sort_keys=False))
+    out = tmp / "out"
+    sleep_in_tasks = 'slurm.setup=["[ -z \\"${SLURM_ARRAY_TASK_ID:-}\\" ] || sleep 600"]'
+    assert main(["submit", str(exp), "slurm.time=1", "slurm.signal_lead_s=0", sleep_in_tasks,
+                 "slurm.cpus_per_task=1", "slurm.server_cpus=1", "--backend", "slurm", "--output-dir", str(out)]) == 0
+    return out

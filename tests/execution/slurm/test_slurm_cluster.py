@@ -91,19 +91,6 @@ def waiting_tasks(gate: Path) -> set[str]:
     return {t for p in gate.glob("*.waiting") if (t := array_task_of(int(p.name.split(".")[0]))) is not None}
 
 
-@pytest.fixture(scope="module")
-def past_its_time_limit(slurm_cluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An Experiment submitted with a one-minute limit whose array tasks outlive it (a setup line sleeps in them,
-    not in the collect job: no CPU taken from the other tests, which run while Slurm waits for the limit)."""
-    tmp = tmp_path_factory.mktemp("time_limit")
-    out = tmp / "out"
-    sleep_in_tasks = 'slurm.setup=["[ -z \\"${SLURM_ARRAY_TASK_ID:-}\\" ] || sleep 600"]'
-    assert main(["submit", str(write(tmp, {"expert": EXPERT}, 2, name="slurm_time_limit")), "slurm.time=1",
-                 "slurm.signal_lead_s=0", sleep_in_tasks, *SMALL[1:], "--backend", "slurm", "--output-dir",
-                 str(out)]) == 0
-    return out
-
-
 def test_every_dry_run_script_passes_sbatch_test_only(slurm_cluster, tmp_path: Path, past_its_time_limit) -> None:
     folder = tmp_path / "dry"
     assert main(["submit", str(write(tmp_path, {"expert": EXPERT, "served": SERVED}, 4)), "--backend", "slurm",
@@ -259,12 +246,3 @@ def test_ctrl_c_cancels_every_job_and_says_how_to_resume(slurm_cluster, gated_pl
         if path.is_file():
             assert SECRET.encode() not in path.read_bytes(), path
     assert not (tmp_path / "LEAK").exists()
-
-
-def test_a_task_past_its_time_limit_shows_slurms_timeout(past_its_time_limit: Path) -> None:
-    out = past_its_time_limit
-    wait_for((out / "index.html").exists, 240, "the collect job's index.html after the time limit")
-    reason = json.loads((out / "expert" / "run_status.json").read_text())["reason"]
-    assert "TIMEOUT (" in reason and "time limit 00:01:00" in reason and "DUE TO TIME LIMIT" in reason, reason
-    assert "TIMEOUT" in (out / "experiment_result.json").read_text()
-    assert "TIMEOUT" in (out / "index.html").read_text()
