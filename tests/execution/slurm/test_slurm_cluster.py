@@ -129,6 +129,21 @@ def requeue_midway(out: Path, gate: Path, errors: list[BaseException], ended: th
         (gate / "release").touch()
 
 
+def run_beside(act: Any, out: Path, gate: Path, argv: list[str]) -> tuple[int, list[BaseException]]:
+    """`evalfleet ARGV` in this process while `act(out, gate, errors, ended)` interrupts it from a thread (it stops
+    waiting once `ended` is set); the exit code and what the thread raised."""
+    errors: list[BaseException] = []
+    ended = threading.Event()
+    helper = threading.Thread(target=act, args=(out, gate, errors, ended))
+    helper.start()
+    try:
+        code = main(argv)
+    finally:
+        ended.set()
+        helper.join()
+    return code, errors
+
+
 def test_run_on_slurm_gives_the_records_local_gives_through_requeues(slurm_cluster, gated_plugins,
                                                                      tmp_path: Path) -> None:
     """Must-show 1 and 2: two Runs (one served) on Slurm and locally, identical per-episode records; on Slurm
@@ -137,17 +152,9 @@ def test_run_on_slurm_gives_the_records_local_gives_through_requeues(slurm_clust
     gate = tmp_path / "gate"
     exp = write(tmp_path, {"expert": gated(gate), "served": SERVED}, 6)
     on_slurm, local = tmp_path / "slurm", tmp_path / "local"
-    errors: list[BaseException] = []
-    ended = threading.Event()
-    helper = threading.Thread(target=requeue_midway, args=(on_slurm, gate, errors, ended))
-    helper.start()
-    try:
-        # Shards of 2 episodes: the expert Run has three, so task 1 reaches one while task 0 holds another.
-        code = main(["run", str(exp), *SMALL, "--backend", "slurm", "--workers", "2", "--shard-size", "2",
-                     "--output", str(on_slurm), "--no-progress"])
-    finally:
-        ended.set()
-        helper.join()
+    # Shards of 2 episodes: the expert Run has three, so task 1 reaches one while task 0 holds another.
+    code, errors = run_beside(requeue_midway, on_slurm, gate, ["run", str(exp), *SMALL, "--backend", "slurm",
+                              "--workers", "2", "--shard-size", "2", "--output", str(on_slurm), "--no-progress"])
     assert not errors, errors
     assert code == 0
     assert main(["run", str(exp), "--workers", "2", "--output", str(local), "--no-progress"]) == 0  # gate released

@@ -19,7 +19,7 @@ from evalfleet.cli import main
 from evalfleet.execution.slurm.paths import SlurmPaths
 from evalfleet.execution.slurm.render import read_jobs
 
-from test_slurm_cluster import EXPERT, SMALL, records, gated_plugins, wait_for, write
+from test_slurm_cluster import EXPERT, SMALL, gated_plugins, records, run_beside, wait_for, write
 
 __all__ = ["gated_plugins"]  # the fixture, used by name below
 
@@ -56,16 +56,8 @@ def test_a_killed_server_job_is_resubmitted_and_its_episodes_retried(slurm_clust
     gate = tmp_path / "gate"
     exp = write(tmp_path, {"served": served_gated(gate), "expert": EXPERT}, 3, name="slurm_server_loss")
     on_slurm, local = tmp_path / "slurm", tmp_path / "local"
-    errors: list[BaseException] = []
-    ended = threading.Event()
-    helper = threading.Thread(target=kill_the_server, args=(on_slurm, gate, errors, ended))
-    helper.start()
-    try:
-        code = main(["run", str(exp), *SMALL, "--backend", "slurm", "--workers", "1", "--output", str(on_slurm),
-                     "--no-progress"])
-    finally:
-        ended.set()
-        helper.join()
+    code, errors = run_beside(kill_the_server, on_slurm, gate, ["run", str(exp), *SMALL, "--backend", "slurm",
+                              "--workers", "1", "--output", str(on_slurm), "--no-progress"])
     err = capsys.readouterr().err
     assert not errors, (errors, err)
     assert code == 0, err
