@@ -236,6 +236,7 @@ def _build(doc: dict[str, Any], where: str) -> Experiment:
     _check_shared(shared, where)
     runs = {name: _deep_merge(shared, run) for name, run in doc["runs"].items()}
     top = {k: v for k, v in doc.items() if k not in ("runs", "shared")}
+    from evalfleet.experiment.stopping import resolve_stopping
     from evalfleet.experiment.validation import validate_types
 
     try:
@@ -243,6 +244,7 @@ def _build(doc: dict[str, Any], where: str) -> Experiment:
         exp = Experiment.model_validate(merged)
         for name, run in exp.runs.items():
             validate_types(run, where, f"runs.{name}")
+        resolve_stopping(exp, where)
     except ValidationError as exc:
         raise _point_at_shared(_validation_error(exc, where, Experiment, document=merged), doc) from None
     except UserError as exc:

@@ -196,6 +196,38 @@ class Recording(Strict):
     mesh_tolerance_px: float = Field(default=1.0, ge=0, le=MAX_MESH_TOLERANCE_PX, allow_inf_nan=False)
 
 
+class Precision(Strict):
+    """`stopping.precision`: stop a Run once its anytime-valid 95% interval is at most 2 * half_width wide."""
+
+    half_width: float = Field(gt=0, le=0.5, allow_inf_nan=False)
+
+
+class Compare(Strict):
+    """`stopping.compare`: on each task, stop each policy-vs-baseline pair of Runs once its paired test decides."""
+
+    baseline: str = Field(min_length=1, max_length=MAX_TAG)  # a policy tag (`Run.policy_tag()`) on the same task
+    alpha: float = Field(default=0.05, gt=0, lt=0.5, allow_inf_nan=False)
+    spending: Literal["obrien_fleming", "pocock"] = "obrien_fleming"
+    # An equivalence margin: `no_difference` once the difference's valid interval lies inside (-margin, +margin).
+    margin: float | None = Field(default=None, gt=0, lt=1, allow_inf_nan=False)
+
+
+class Stopping(Strict):
+    """Sequential evaluation (docs/statistics.md): decisions every `wave` episodes, in episode-index order, up
+    to `max_episodes` (the cap, which the plan covers; default: the Run's rollout_limit.num_episodes)."""
+
+    wave: Int = Field(default=10, gt=0, le=MAX_EPISODES)
+    max_episodes: Int | None = Field(default=None, gt=0, le=MAX_EPISODES)
+    precision: Precision | None = None
+    compare: Compare | None = None
+
+    @model_validator(mode="after")
+    def some_rule(self) -> "Stopping":
+        if self.precision is None and self.compare is None:
+            raise ValueError("give at least one of precision or compare (a stopping rule with nothing to decide)")
+        return self
+
+
 class Run(Strict):
     environment: TypedSection
     policy: PolicySection
@@ -210,6 +242,8 @@ class Run(Strict):
     # Arena: how many times its runner rebuilds the environment (one episode_results_rebuild<R>.jsonl each).
     num_rebuilds: Int | None = Field(default=None, gt=0, le=MAX_ATTEMPTS)
     episode_timeout_s: Seconds = 600.0
+    # Sequential stopping for this Run; replaces the Experiment's `stopping:` (experiment/stopping.py resolves it).
+    stopping: Stopping | None = None
 
     @field_validator("task", "policy_name")
     @classmethod
@@ -257,6 +291,8 @@ class Experiment(Strict):
     server_sharing: Literal["per_run", "per_policy"] = "per_run"
     # `shared` is merged into every Run before validation; kept for provenance only.
     shared: dict[str, Any] = Field(default_factory=dict)
+    # Sequential stopping for every Run without its own `stopping:` (experiment/stopping.py).
+    stopping: Stopping | None = None
 
     @field_validator("name")
     @classmethod
