@@ -12,7 +12,7 @@ from typing import Any
 
 from evalfleet.errors import UserError
 from evalfleet.feedback import is_long
-from evalfleet.analysis.loading import planned_episodes
+from evalfleet.rollout.run_folder import planned_episodes
 from evalfleet.layout import PLOTS_DIR, REPORT_FILE, RESULT_FILE
 from evalfleet.outputs.collect import (Collected, collect_runs, in_experiment_order, load_runs,
                                       read_experiment, skipped_files, work_size, write_collected_report)
@@ -96,7 +96,7 @@ def write_report(directory: str | os.PathLike[str], *, title: str | None = None)
             raise UserError("not an evalfleet experiment result", where=loc.display(RESULT_FILE))
     if result is None:
         summaries = [summarise_run(r.name, r.records, r.summary_status(), set_aside=r.set_aside) for r in runs]
-        result = build_result(summaries, provenance(exp_bytes))
+        result = build_result(summaries, provenance(exp_bytes), records={r.name: r.records for r in runs})
     images = (".png", ".svg", ".jpg", ".jpeg")
     plots = [rel for rel in loc.walk_files(PLOTS_DIR) if rel.lower().endswith(images)] if loc.isdir(PLOTS_DIR) else []
     listed = result.get("skipped_files") if isinstance(result.get("skipped_files"), list) else []

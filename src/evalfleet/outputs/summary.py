@@ -223,9 +223,11 @@ def provenance(experiment_yaml: bytes | None, *, sources: list[str] | None = Non
 
 
 def build_result(runs: list[dict[str, Any]], prov: dict[str, Any], *,
-                 skipped: list[dict[str, str]] | None = None) -> dict[str, Any]:
+                 skipped: list[dict[str, str]] | None = None,
+                 records: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """experiment_result.json's content. `skipped`: files the sources held that were not read (a link leading
-    out of its folder, a FIFO, an experiment.yaml that is not an Experiment), as {"path", "why"}."""
+    out of its folder, a FIFO, an experiment.yaml that is not an Experiment), as {"path", "why"}. `records`
+    (Run name -> the records that count) adds `ranking` when two or more policies share a task."""
     by_status = {s: 0 for s in RUN_STATUSES}
     totals = {"success": 0, "failure": 0, "error": 0, "missing": 0, "recorded": 0, "set_aside": 0}
     for r in runs:
@@ -242,4 +244,25 @@ def build_result(runs: list[dict[str, Any]], prov: dict[str, Any], *,
         "runs": {r["run"]: r for r in runs},
         "matrix": task_policy_matrix(runs),
         "skipped_files": list(skipped or []),
+        **({"ranking": ranking} if (ranking := policy_ranking(runs, records or {})) else {}),
     }
+
+
+def policy_ranking(runs: list[dict[str, Any]], records: dict[str, list[dict[str, Any]]]) -> dict[str, Any] | None:
+    """`analysis.ranking`'s ranking of the Runs' policies, or None unless two or more policies share a task."""
+    from evalfleet.analysis.ranking import outcomes_from_records, rank_policies, ranking_note
+
+    if not records:
+        return None
+    outcomes, notes = outcomes_from_records([(r.get("task"), r.get("policy"), records.get(r["run"], []))
+                                             for r in runs])
+    policies = list(dict.fromkeys(p for _, p in outcomes))
+    if not any(len({p for t2, p in outcomes if t2 == t}) > 1 for t, _ in outcomes):
+        return None
+    ranking = rank_policies(outcomes, policies)
+    if not ranking["policies"]:
+        return None
+    if notes:
+        ranking["notes"] = notes + ranking["notes"]
+        ranking["note"] = ranking_note(ranking["notes"])
+    return ranking
