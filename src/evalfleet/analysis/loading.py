@@ -18,12 +18,10 @@ leading out of it, a FIFO or a device is skipped with a warning (`RecordSet.skip
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
 import tarfile
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable
@@ -35,7 +33,9 @@ from evalfleet.feedback import is_long, track
 from evalfleet.layout import (EXPERIMENT_FILE, PARTS_DIR, RECORDS_FILE, RECORDS_PREFIX,
                               RECORDS_SUFFIX, STATUS_FILE, is_records_name)
 from evalfleet.secrets import mask_url
-from evalfleet.rollout.records import STATUSES, RunRecords, RunScope, SetAside, iter_record_dicts
+from evalfleet.rollout.records import STATUSES, RunRecords, RunScope, SetAside, record_dicts
+from evalfleet.rollout.run_folder import (experiment_document, planned_episodes, read_status, run_files,
+                                          status_planned)
 
 log = logging.getLogger("evalfleet.analysis")
 
@@ -71,17 +71,16 @@ def is_archive(path: Path | PurePosixPath) -> bool:
 
 
 def select_record_files(paths: Iterable[PurePosixPath]) -> list[PurePosixPath]:
-    """From a set of relative file paths, the record files to read: every episode_results*.jsonl, plus
-    parts/*.jsonl of a run folder that has no merged file (yet)."""
-    paths = sorted(set(paths))
-    merged_dirs = {p.parent for p in paths if is_records_name(p.name)}
-    chosen = []
-    for p in paths:
-        if is_records_name(p.name):
-            chosen.append(p)
-        elif p.suffix == ".jsonl" and p.parent.name == PARTS_DIR and p.parent.parent not in merged_dirs:
-            chosen.append(p)
-    return chosen
+    """From a set of relative file paths, the record files to read: in each folder, what
+    `run_folder.RunFiles.analysed` takes (every episode_results*.jsonl, else parts/*.jsonl of a Run not merged yet)."""
+    folders: dict[PurePosixPath, tuple[list[str], list[str]]] = {}
+    for p in set(paths):
+        if p.suffix == RECORDS_SUFFIX and p.parent.name == PARTS_DIR and not is_records_name(p.name):
+            folders.setdefault(p.parent.parent, ([], []))[1].append(p.name)
+        else:
+            folders.setdefault(p.parent, ([], []))[0].append(p.name)
+    return sorted(folder / rel for folder, (names, parts) in folders.items()
+                  for rel in run_files(names, parts).analysed())
 
 
 def default_run_name(rel: PurePosixPath, fallback: str) -> str:
@@ -136,9 +135,10 @@ class _Merger:
             self.runs[name] = RunRecords(RunScope(name, self.planned.get(name)))
         return self.runs[name]
 
-    def read(self, path: Path, *, default_run: str, source: str, in_run_folder: bool) -> None:
-        """`in_run_folder`: the file lies in a Run's folder, so a record naming another Run is foreign there."""
-        for i, raw in enumerate(iter_record_dicts(path)):
+    def read(self, data: bytes, *, default_run: str, source: str, in_run_folder: bool) -> None:
+        """A record file's bytes. `in_run_folder`: the file lies in a Run's folder, so a record naming another Run
+        is foreign there."""
+        for i, raw in enumerate(record_dicts(data)):
             rec = self.normalise(raw, default_run=default_run, source=source, line=i)
             if in_run_folder and rec["run"] != default_run:
                 self._run(default_run).set_aside.count("foreign", source)
@@ -154,14 +154,35 @@ class _Merger:
         return records, aside
 
 
-def _planned_episodes(root: Path, run_dir: Path) -> int | None:
+@dataclass
+class _LocalFolder:
+    """A local input folder as a `run_folder.FolderReader`: only regular files inside it are read."""
+
+    root: Path
+
+    def read_bytes(self, rel: str) -> bytes:
+        with open_regular(str(self.root), str(self.root / rel)) as f:
+            return f.read()
+
+    def display(self, rel: str = "") -> str:
+        return str(self.root / rel)
+
+
+def _planned_episodes(root: Path, run_dir: PurePosixPath) -> int | None:
+    """The plan the Run folder's run_status.json states (None when it has none or it is unreadable)."""
     try:
-        with open_regular(str(root), str(run_dir / STATUS_FILE)) as f:
-            status = json.loads(f.read().decode("utf-8"))
-    except (OSError, ValueError):
+        planned = status_planned(read_status(_LocalFolder(root), (run_dir / STATUS_FILE).as_posix()))
+    except (OSError, UserError):
         return None
-    planned = status.get("planned_episodes") if isinstance(status, dict) else None
-    return planned if isinstance(planned, int) and not isinstance(planned, bool) and planned >= 0 else None
+    return planned if planned is not None and planned >= 0 else None
+
+
+def _read_file(path: Path) -> bytes:
+    """A record file's bytes; nothing when it has gone since it was listed."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return b""
 
 
 def _read_archive(path: Path, merger: _Merger, sources: list[str]) -> None:
@@ -169,17 +190,15 @@ def _read_archive(path: Path, merger: _Merger, sources: list[str]) -> None:
         archive = tarfile.open(path, "r:*")
     except (tarfile.TarError, OSError) as exc:
         raise UserError(f"cannot read archive ({exc}); expected a .tar or .tar.gz of record files", where=str(path))
-    with archive, tempfile.TemporaryDirectory(prefix="evalfleet-records-") as tmp:
+    with archive:
         members = {PurePosixPath(m.name): m for m in archive.getmembers() if m.isfile()}
-        for i, rel in enumerate(select_record_files(members)):
-            fileobj = archive.extractfile(members[rel])
+        for rel in select_record_files(members):
+            fileobj = archive.extractfile(members[rel])  # read in memory: member names never become paths
             if fileobj is None:
                 continue
-            local = Path(tmp) / f"{i}.jsonl"  # never use member names as paths
-            local.write_bytes(fileobj.read())
             source = f"{path}!{rel}"
             sources.append(source)
-            merger.read(local, default_run=default_run_name(rel, path.name), source=source,
+            merger.read(fileobj.read(), default_run=default_run_name(rel, path.name), source=source,
                         in_run_folder=rel.parent != PurePosixPath("."))
 
 
@@ -234,13 +253,13 @@ def load_records(inputs: Iterable[str | os.PathLike[str]]) -> RecordSet:
             if is_long(files=len(chosen)):
                 log.info("reading %d record files in %s", len(chosen), path)
             for rel in chosen:
-                planned = _planned_episodes(path, path / run_folder_of(rel))
+                planned = _planned_episodes(path, run_folder_of(rel))
                 if planned is not None:  # run_status.json's plan comes before experiment.yaml's
                     merger.planned[default_run_name(rel, path.resolve().name)] = planned
             for rel in track(chosen, "reading record files"):
                 full = path / rel
                 sources.append(str(full))
-                merger.read(full, default_run=default_run_name(rel, path.resolve().name), source=str(full),
+                merger.read(_read_file(full), default_run=default_run_name(rel, path.resolve().name), source=str(full),
                             in_run_folder=True)
             for archive in archives:
                 _read_archive(archive, merger, sources)
@@ -248,7 +267,7 @@ def load_records(inputs: Iterable[str | os.PathLike[str]]) -> RecordSet:
             _read_archive(path, merger, sources)
         else:
             sources.append(str(path))
-            merger.read(path, default_run=path.resolve().parent.name, source=str(path), in_run_folder=False)
+            merger.read(_read_file(path), default_run=path.resolve().parent.name, source=str(path), in_run_folder=False)
     records, set_aside = merger.result()
     if not records:
         where = ", ".join(str(p) for p in inputs)
@@ -277,44 +296,6 @@ def record_set_from_runs(runs: Iterable[Any]) -> RecordSet:
 
 
 # --- the plan an output folder's experiment.yaml holds ------------------------------------------------
-
-def experiment_document(data: bytes, where: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """An output folder's experiment.yaml → (its Runs by name in the file's order, its `shared` map).
-    Raises UserError when the bytes are not an Experiment: bounded YAML holding a `runs:` map (or list) of
-    Runs with valid Run names (names become folder names, so `../x` is refused here)."""
-    from evalfleet.experiment.safe_yaml import MAX_FILE_BYTES, parse_yaml
-    from evalfleet.experiment.schema import RUN_NAME
-
-    if len(data) > MAX_FILE_BYTES:
-        raise UserError(f"larger than {MAX_FILE_BYTES} bytes; not an Experiment", where=where)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise UserError("not UTF-8 text; not an Experiment", where=where) from None
-    doc = parse_yaml(text, where)
-    runs = doc.get("runs") if isinstance(doc, dict) else None
-    if isinstance(runs, list):
-        runs = {r.get("name"): r for r in runs if isinstance(r, dict)}
-    if not isinstance(runs, dict) or not runs:
-        raise UserError("not an Experiment: no `runs:` map", where=where)
-    bad = [name for name in runs if not isinstance(name, str) or not RUN_NAME.fullmatch(name)]
-    if bad:
-        raise UserError(f"not an Experiment: bad Run name {str(bad[0])[:120]!r}", where=where)
-    shared = doc.get("shared")
-    return {name: run if isinstance(run, dict) else {} for name, run in runs.items()}, \
-        shared if isinstance(shared, dict) else {}
-
-
-def planned_episodes(runs: dict[str, Any], shared: dict[str, Any]) -> dict[str, int | None]:
-    """Each Run's planned episode count from an Experiment document (None for a num_steps Run or when the file
-    does not say): the plan `records.RunRecords` holds records to when a Run folder has no run_status.json."""
-    out: dict[str, int | None] = {}
-    for name, run in runs.items():
-        limit = run.get("rollout_limit") or shared.get("rollout_limit") or {}
-        planned = limit.get("num_episodes") if isinstance(limit, dict) else None
-        out[name] = planned if isinstance(planned, int) and not isinstance(planned, bool) and planned > 0 else None
-    return out
-
 
 def folder_plan(folder: Path) -> dict[str, int | None]:
     """The planned episodes of every Run the folder's experiment.yaml names ({} when it has none, or when it

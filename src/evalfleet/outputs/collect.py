@@ -23,8 +23,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalfleet.analysis.loading import experiment_document, planned_episodes
-from evalfleet.arena_format import arena_file_order, arena_record, arena_videos
+from evalfleet.arena_format import arena_videos
 from evalfleet.errors import UserError
 from evalfleet.feedback import is_long, track
 from evalfleet.layout import (EXPERIMENT_FILE, PARTS_DIR, PLOTS_DIR, RECORDS_FILE, REPORT_FILE, RESULT_FILE,
@@ -34,6 +33,9 @@ from evalfleet.outputs.storage import Location, check_endpoint, is_url, open_loc
 from evalfleet.secrets import mask_url
 from evalfleet.outputs.summary import build_result, provenance, summarise_run
 from evalfleet.rollout.records import RunRecords, RunScope, SetAside
+from evalfleet.rollout.run_folder import (arena_records, experiment_document, join, merge_statuses,
+                                          parse_record_lines, planned_episodes, read_status, run_files,
+                                          status_planned)
 
 log = logging.getLogger("evalfleet.outputs")
 
@@ -74,10 +76,6 @@ class RunData:
 
 # --- finding Runs ------------------------------------------------------------------------------------
 
-def _rel(*parts: str) -> str:
-    return "/".join(p.strip("/") for p in parts if p)
-
-
 def find_runs(loc: Location, *, max_depth: int = MAX_DEPTH) -> list[tuple[str, RunSource]]:
     """(Run name, where its files are) for every Run folder at most `max_depth` levels below `loc`. A name
     may appear more than once (one folder per worker task): their records are merged."""
@@ -85,29 +83,25 @@ def find_runs(loc: Location, *, max_depth: int = MAX_DEPTH) -> list[tuple[str, R
 
     def visit(rel: str, depth: int) -> None:
         entries = dict(loc.listdir(rel))
-        parts = []
-        if entries.get(PARTS_DIR) is True:
-            parts = [n for n, is_dir in loc.listdir(_rel(rel, PARTS_DIR)) if not is_dir and n.endswith(".jsonl")]
-        merged = entries.get(RECORDS_FILE) is False
-        status = entries.get(STATUS_FILE) is False
-        arena = sorted((n for n, is_dir in entries.items() if not is_dir and arena_file_order(n)), key=arena_file_order)
-        if merged or parts or status or arena:
+        parts = [n for n, is_dir in loc.listdir(join(rel, PARTS_DIR)) if not is_dir] \
+            if entries.get(PARTS_DIR) is True else []
+        files = run_files([n for n, is_dir in entries.items() if not is_dir], parts,
+                          status=entries.get(STATUS_FILE) is False)
+        if files.is_run:
             name = rel.rsplit("/", 1)[-1] if rel else _basename(loc)
-            src = RunSource(location=loc, rel=rel, status_file=_rel(rel, STATUS_FILE) if status else None,
-                            has_videos=entries.get(VIDEOS_DIR) is True)
-            if not merged:  # a collected episode_results.jsonl already holds what Arena's files held
-                src.arena_files = [_rel(rel, n) for n in arena]
+            src = RunSource(location=loc, rel=rel, status_file=join(rel, STATUS_FILE) if files.status else None,
+                            has_videos=entries.get(VIDEOS_DIR) is True,
+                            record_files=[join(rel, n) for n in files.collected()],
+                            arena_files=[join(rel, n) for n in files.arena_files()])
+            if not files.merged:  # Arena's videos beside its records (a collected folder has them in videos/)
                 src.loose_videos = sorted(n for n, is_dir in entries.items() if not is_dir and n.endswith(".mp4"))
-            if merged:
-                src.record_files.append(_rel(rel, RECORDS_FILE))
-            src.record_files.extend(_rel(rel, PARTS_DIR, n) for n in sorted(parts))
             found.append((name, src))
             return
         if depth >= max_depth:
             return
         for name, is_dir in sorted(entries.items()):
             if is_dir and name not in SKIP_DIRS and not name.startswith("."):
-                visit(_rel(rel, name), depth + 1)
+                visit(join(rel, name), depth + 1)
 
     visit("", 0)
     return found
@@ -119,62 +113,15 @@ def _basename(loc: Location) -> str:
 
 # --- reading and merging records ---------------------------------------------------------------------
 
-def parse_record_lines(data: bytes) -> list[tuple[dict[str, Any], str]]:
-    """(record, line) for every complete JSON object line; a torn last line and garbled lines are dropped.
-    Which of them count for a Run is `RunRecords`' decision."""
-    text = data.decode("utf-8", errors="replace")
-    lines = text.split("\n")
-    lines.pop()  # the text after the last "\n": empty, or a torn line
-    out = []
-    for line in lines:
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict):
-            out.append((rec, line))
-    return out
-
-
-def _merge_status(statuses: list[dict[str, Any]]) -> dict[str, Any] | None:
-    if not statuses:
-        return None
-    if len(statuses) == 1:
-        return statuses[0]
-    merged = dict(statuses[0])
-    planned = [s.get("planned_episodes") for s in statuses if isinstance(s.get("planned_episodes"), int)]
-    merged["planned_episodes"] = max(planned) if planned else None
-    states = [s.get("state") for s in statuses]
-    merged["state"] = ("failed" if "failed" in states else "running" if "running" in states else
-                       "completed" if states and all(s == "completed" for s in states) else statuses[-1].get("state"))
-    reasons = [s.get("reason") for s in statuses if s.get("reason")]
-    merged["reason"] = "; ".join(dict.fromkeys(reasons)) if reasons else None
-    return merged
-
-
 def read_run(name: str, sources: list[RunSource], *, merged_only: bool = False,
              after_file: Any = None, planned: int | None = None) -> RunData:
     """Merge a Run's records from all its sources, plan-aware (records.RunRecords): the planned episode
     count comes from run_status.json, else from `planned` (the Experiment's plan, from experiment.yaml).
     `merged_only`: where a collected episode_results.jsonl exists, read it alone (the report of a collected
     folder), not the shard logs it was made from. `after_file()` is called after each record file (progress)."""
-    statuses = []
-    for src in sources:
-        if src.status_file:
-            try:
-                status = json.loads(src.location.read_bytes(src.status_file))
-            except ValueError as exc:
-                raise UserError(f"not valid JSON ({exc})", where=src.location.display(src.status_file)) from None
-            if not isinstance(status, dict):
-                raise UserError("expected a JSON object", where=src.location.display(src.status_file))
-            statuses.append(status)
-    status = _merge_status(statuses)
-    from_status = (status or {}).get("planned_episodes")
-    if isinstance(from_status, int) and not isinstance(from_status, bool):
-        planned = from_status
+    status = merge_statuses([read_status(src.location, src.status_file) for src in sources if src.status_file])
+    from_status = status_planned(status)
+    planned = from_status if from_status is not None else planned
     merged = RunRecords(RunScope(name, planned))
     for src in sources:
         for rel in _files_to_read(src, merged_only):
@@ -183,34 +130,21 @@ def read_run(name: str, sources: list[RunSource], *, merged_only: bool = False,
                 merged.add(rec, line, where)
             if after_file is not None:
                 after_file()
-        _read_arena_files(name, src, merged, status or {})
+        if src.arena_files:
+            for rec, line, where in arena_records(src.location, src.arena_files, run=name, status=status or {},
+                                                  videos=_arena_videos(src)):
+                merged.add(rec, line, where)
     return RunData(name=name, sources=sources, records=merged.records, lines=[str(line) for line in merged.lines],
                    status=status, set_aside=merged.set_aside, planned=planned)
 
 
-def _read_arena_files(name: str, src: RunSource, merged: RunRecords, status: dict[str, Any]) -> None:
-    """Arena's record files → evalfleet records. Episodes are numbered across the files in order (rebuild 0's
-    episodes first), each file's by Arena's `global_episode_index`; videos are matched by rebuild, env and
-    episode-in-env."""
-    if not src.arena_files:
-        return
+def _arena_videos(src: RunSource) -> dict[tuple[int, int, int], dict[str, str]]:
+    """Arena's videos of a Run folder (beside its records or in videos/), by rebuild, env and episode-in-env."""
     names = [f"{VIDEOS_DIR}/{n}" for n in src.loose_videos]
     if src.has_videos:
-        prefix = _rel(src.rel, VIDEOS_DIR)
+        prefix = join(src.rel, VIDEOS_DIR)
         names += [rel[len(src.rel):].lstrip("/") if src.rel else rel for rel in src.location.walk_files(prefix)]
-    videos = arena_videos(names)
-    offset = 0
-    for rel in src.arena_files:
-        where = src.location.display(rel)
-        last = -1
-        for i, (raw, _line) in enumerate(parse_record_lines(src.location.read_bytes(rel))):
-            index = raw.get("global_episode_index")
-            index = index if isinstance(index, int) and not isinstance(index, bool) and index >= 0 else i
-            rec = arena_record(raw, run=str(raw.get("job_name") or name), episode=offset + index, videos=videos,
-                               task=status.get("task"), policy=status.get("policy"))
-            merged.add(rec, json.dumps(rec, separators=(",", ":")), where)
-            last = max(last, index)
-        offset += last + 1
+    return arena_videos(names)
 
 
 def load_runs(locations: list[Location], *, merged_only: bool = False,
@@ -414,21 +348,21 @@ def write_collected_report(collected: Collected, title: str | None = None) -> st
 
 def _write_run(run: RunData, dest: Location) -> None:
     body = ("\n".join(run.lines) + "\n") if run.lines else ""
-    dest.write_bytes(_rel(run.name, RECORDS_FILE), body.encode("utf-8"))
+    dest.write_bytes(join(run.name, RECORDS_FILE), body.encode("utf-8"))
     for src in run.sources:
         for n in src.loose_videos:  # Arena's videos beside its records land in <run>/videos/
-            _copy_if_changed(src.location, _rel(src.rel, n), dest, _rel(run.name, VIDEOS_DIR, n))
+            _copy_if_changed(src.location, join(src.rel, n), dest, join(run.name, VIDEOS_DIR, n))
     in_place = bool(run.sources) and all(src.location.same_place(dest) and src.rel == run.name
                                          for src in run.sources)
     if in_place:
         return
     if run.status is not None:
-        dest.write_bytes(_rel(run.name, STATUS_FILE), (json.dumps(run.status, indent=2) + "\n").encode())
+        dest.write_bytes(join(run.name, STATUS_FILE), (json.dumps(run.status, indent=2) + "\n").encode())
     for src in run.sources:
         if src.has_videos and not (src.location.same_place(dest) and src.rel == run.name):
-            prefix = _rel(src.rel, VIDEOS_DIR)
+            prefix = join(src.rel, VIDEOS_DIR)
             for rel in src.location.walk_files(prefix):
-                _copy_if_changed(src.location, rel, dest, _rel(run.name, rel[len(src.rel):] if src.rel else rel))
+                _copy_if_changed(src.location, rel, dest, join(run.name, rel[len(src.rel):] if src.rel else rel))
 
 
 def _copy_if_changed(src: Location, rel_src: str, dest: Location, rel_dst: str) -> None:

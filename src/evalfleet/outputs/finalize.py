@@ -12,7 +12,7 @@ from typing import Any
 
 from evalfleet.errors import UserError
 from evalfleet.feedback import is_long
-from evalfleet.analysis.loading import planned_episodes
+from evalfleet.rollout.run_folder import planned_episodes
 from evalfleet.layout import PLOTS_DIR, REPORT_FILE, RESULT_FILE
 from evalfleet.outputs.collect import (Collected, collect_runs, in_experiment_order, load_runs,
                                       read_experiment, skipped_files, work_size, write_collected_report)

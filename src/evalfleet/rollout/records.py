@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator
 
+from evalfleet.rollout.run_folder import parse_record_lines
+
 STATUSES = ("success", "failure", "error")
 
 
@@ -106,25 +108,19 @@ def _numeric(value: Any) -> bool:
     return isinstance(value, int) or (isinstance(value, float) and value == value and abs(value) != float("inf"))
 
 
+def record_dicts(data: bytes) -> list[dict[str, Any]]:
+    """A record file's records: its complete JSON object lines (`run_folder.parse_record_lines`) with a numeric
+    attempt (readers take int() of it); torn or garbled lines are skipped."""
+    return [rec for rec, _line in parse_record_lines(data) if _numeric(rec.get("attempt", 1))]
+
+
 def iter_record_dicts(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
-    """Every complete JSON object line in a file; torn or garbled lines are skipped."""
+    """Every record in a file (`record_dicts`); none when it does not exist."""
     try:
-        with open(path, "r", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if not line.endswith("\n"):
-                    break  # torn last line
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    data = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                # Only objects, and only with a numeric attempt (readers take int() of it): garbled lines are skipped.
-                if isinstance(data, dict) and _numeric(data.get("attempt", 1)):
-                    yield data
+        data = Path(path).read_bytes()
     except FileNotFoundError:
         return
+    yield from record_dicts(data)
 
 
 # --- which records count: one plan-aware rule for the runner, collect, resume, progress and analysis ---
