@@ -1,6 +1,6 @@
 """Isaac Lab Arena's output format, read in this one place: its record files' names and order
 (`episode_results_rebuild<R>.jsonl` / `_rank<N>`, names defined in `layout`), its video file names, and one
-line of its records as an evalfleet record. Used by `outputs.collect` (Arena Run folders), `analysis.loading`
+line of its records as an evalfleet record. Used by `rollout.run_folder` (Arena Run folders), `analysis.loading`
 (the success rule for a success term written as text) and the OSMO Arena task (counting an attempt's records)."""
 
 from __future__ import annotations

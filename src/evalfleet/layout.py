@@ -16,8 +16,8 @@ OUT/
 ```
 
 Isaac Lab Arena's own names are read beside these: `episode_results_rebuild<R>.jsonl` (or `_rank<N>`),
-`experiment_runner_result.json`, `arena_attempts/attempt-<NNN>`. Names and paths only: reading the files is
-`rollout.records`, `analysis.loading` and `outputs.collect`'s work.
+`experiment_runner_result.json`, `arena_attempts/attempt-<NNN>`. Names and paths only: reading a Run folder's
+files is `rollout.run_folder`'s work (for `outputs.collect` and `analysis.loading`).
 """
 
 from __future__ import annotations
