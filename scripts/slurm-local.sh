@@ -273,19 +273,33 @@ our_steps() {
   return 0
 }
 
-stop_pid() {
-  local name="$1" file="$2" pid i
-  [ -s "$file" ] || return 0
-  pid="$(cat "$file")"
-  if kill -0 "$pid" 2>/dev/null; then
-    kill "$pid" 2>/dev/null || true
-    for ((i = 0; i < 30; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+# Stop daemons given as NAME=PIDFILE together: SIGTERM to all, then wait for all (SIGKILL after 15 s).
+stop_pids() {
+  local entry name file pid i alive
+  local -a pids=() names=() files=()
+  for entry in "$@"; do
+    name="${entry%%=*}" file="${entry#*=}"
+    [ -s "$file" ] || continue
+    pid="$(cat "$file")"
     if kill -0 "$pid" 2>/dev/null; then
-      say "$name ($pid) did not stop on SIGTERM; SIGKILL"
-      kill -9 "$pid" 2>/dev/null || true
+      kill "$pid" 2>/dev/null || true
+      pids+=("$pid") names+=("$name")
     fi
-  fi
-  rm -f "$file"
+    files+=("$file")
+  done
+  for ((i = 0; i < 150; i++)); do
+    alive=0
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.1
+  done
+  for i in "${!pids[@]}"; do
+    if kill -0 "${pids[$i]}" 2>/dev/null; then
+      say "${names[$i]} (${pids[$i]}) did not stop on SIGTERM; SIGKILL"
+      kill -9 "${pids[$i]}" 2>/dev/null || true
+    fi
+  done
+  [ "${#files[@]}" = 0 ] || rm -f "${files[@]}"
 }
 
 cmd_stop() {
@@ -301,11 +315,11 @@ cmd_stop() {
     [ -z "$steps" ] && break
     sleep 0.5
   done
-  stop_pid slurmd "$RUN/slurmd.pid"
-  stop_pid slurmctld "$RUN/slurmctld.pid"
-  stop_pid slurmdbd "$RUN/slurmdbd.pid"
-  stop_pid mariadbd "$RUN/mysqld.pid"
-  stop_pid munged "$RUN/munged.pid"
+  # In three steps, each daemon of a step at once: slurmdbd writes what slurmctld sends it on the way down into
+  # MariaDB, so it stops after the Slurm daemons and before the database.
+  stop_pids slurmd="$RUN/slurmd.pid" slurmctld="$RUN/slurmctld.pid"
+  stop_pids slurmdbd="$RUN/slurmdbd.pid"
+  stop_pids mariadbd="$RUN/mysqld.pid" munged="$RUN/munged.pid"
   steps="$(our_steps)"
   if [ -n "$steps" ]; then
     say "job steps still running after scancel: $steps; SIGKILL"

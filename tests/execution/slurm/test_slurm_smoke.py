@@ -1,5 +1,6 @@
 """The local Slurm cluster works the way the Slurm backend needs: job arrays with a throttle, accounting (sacct),
-`sbatch --test-only`, `scontrol requeue` of a running job, and how a time limit and a memory limit show in sacct.
+`sbatch --test-only`, and how a time limit shows in sacct. `scontrol requeue` of a running task and a task killed
+for its memory are checked through evalfleet itself (test_slurm_cluster.py), not twice.
 
 Found here (Slurm 22.05, jobacct_gather/linux, task/none): a job past its time limit is TIMEOUT in sacct, but time
 limits are whole minutes and slurmctld checks them every 30 s, so it takes 60-90 s (the slurm_cluster fixture
@@ -101,37 +102,6 @@ def test_test_only_accepts_a_script_and_rejects_a_bad_partition(slurm_cluster, t
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "invalid partition" in bad.stderr.lower(), bad.stderr
     assert _run("squeue", "-h", "-n", "evalfleet-check") == ""  # --test-only submits nothing
-
-
-def test_scontrol_requeue_restarts_a_running_job(slurm_cluster, jobs, tmp_path):
-    job = _sbatch("--requeue", f"--chdir={tmp_path}", "--open-mode=append", "--output=out.txt", "--wrap",
-                  "echo attempt ${SLURM_RESTART_COUNT:-0} >> attempts; while [ ! -e go ]; do sleep 0.1; done; "
-                  "echo done")
-    jobs.append(job)
-    attempts = tmp_path / "attempts"
-    _wait("the first attempt to start", lambda: attempts.exists() and attempts.read_text() == "attempt 0\n")
-    _run("scontrol", "requeue", job)
-    _wait("the requeued attempt to start", lambda: attempts.read_text() == "attempt 0\nattempt 1\n")
-    (tmp_path / "go").touch()
-    assert _wait_done(job) == {job: ("COMPLETED", "0:0")}
-    assert (tmp_path / "out.txt").read_text().endswith("done\n")
-    # sacct -D keeps the requeued attempt as well.
-    history = _run("sacct", "-n", "-P", "-X", "-D", "-j", job, "-o", "State").split()
-    assert history == ["REQUEUED", "COMPLETED"], history
-
-
-def test_a_job_over_its_memory_is_killed_and_sacct_says_failed_by_signal_9(slurm_cluster, tmp_path):
-    grow = "import time\nb = []\nwhile True:\n    b.append(bytearray(8 << 20))\n    time.sleep(0.05)\n"
-    (tmp_path / "grow.py").write_text(grow)
-    started = time.monotonic()
-    job = _sbatch("--mem=50M", f"--chdir={tmp_path}", "--output=out.txt", "--wrap", "exec python3 grow.py")
-    ended = _wait_done(job)
-    took = time.monotonic() - started
-    state, code = ended[job]
-    if state != "OUT_OF_MEMORY":  # jobacct_gather's OverMemoryKill, no cgroup (see the module docstring)
-        assert (state, code) == ("FAILED", "0:9"), ended
-        assert "Exceeded job memory limit" in (tmp_path / "out.txt").read_text()
-    print(f"memory kill: sacct {state} {code} after {took:.1f}s")
 
 
 def test_a_job_past_its_time_limit_is_timeout_in_sacct(slurm_cluster):
