@@ -15,6 +15,8 @@ import re
 from importlib import resources
 from typing import Any, Iterable
 
+from evalfleet.outputs.report_decisions import decisions_section, has_stopping, ranking_section, stopping_rate_note
+
 _VECTOR_NAMES = {3: ("x", "y", "z")}
 _COLOR_NAMES = ("r", "g", "b")
 MAX_VECTOR_COMPONENTS = 8
@@ -55,7 +57,7 @@ def _fmt_num(x: float | None, digits: int = 2) -> str:
 
 # --- static sections -----------------------------------------------------------------------------------
 
-def _rate_cell(r: dict[str, Any]) -> str:
+def _rate_cell(r: dict[str, Any], label_wilson: bool = False) -> str:
     rate, ci, decided = r.get("success_rate"), r.get("ci95"), r.get("decided", 0)
     planned = r.get("planned_episodes")
     if r["status"] == "failed":
@@ -66,7 +68,13 @@ def _rate_cell(r: dict[str, Any]) -> str:
         return text
     if rate is None:
         return '<span class="na">— (no decided episodes)</span>'
-    text = f'<span class="rate">{_e(fmt_rate(rate, ci))}</span>'
+    stopping = r.get("stopping") if isinstance(r.get("stopping"), dict) else None
+    interval = stopping.get("interval") if stopping else ci  # a stopped Run's: its confidence sequence
+    text = f'<span class="rate">{_e(fmt_rate(rate, interval if isinstance(interval, list) else None))}</span>'
+    if stopping:
+        text += stopping_rate_note(r)
+    elif label_wilson:
+        text += '<div class="note interval-method">interval: Wilson score (fixed n)</div>'
     if r["status"] == "partial":
         of = f" of {planned} planned" if planned is not None else ""
         text += f'<div class="note">partial: over {decided} decided episode(s){_e(of)}</div>'
@@ -75,6 +83,7 @@ def _rate_cell(r: dict[str, Any]) -> str:
 
 def _summary_table(result: dict[str, Any]) -> str:
     rows = []
+    label_wilson = has_stopping(result)  # beside confidence sequences, every interval says which it is
     for r in result["runs"].values():
         c = r["counts"]
         reason = f'<div class="reason">{_e(r["reason"])}</div>' if r.get("reason") else ""
@@ -92,7 +101,7 @@ def _summary_table(result: dict[str, Any]) -> str:
             f'<td class="num">{c["success"]}</td><td class="num">{c["failure"]}</td>'
             f'<td class="num">{c["error"]}</td>'
             f'<td class="num">{_e("—" if c.get("missing") is None else c["missing"])}</td>'
-            f'<td class="rate-cell">{_rate_cell(r)}</td>'
+            f'<td class="rate-cell">{_rate_cell(r, label_wilson)}</td>'
             f'<td class="num">{_fmt_num(t.get("mean_duration_s"))}</td>'
             f'<td class="num">{_fmt_num(t.get("wall_s"), 1)}</td></tr>'
         )
@@ -343,6 +352,7 @@ def render_report(result: dict[str, Any], runs: list[Any], *, plots: Iterable[st
         "__OVERVIEW__": _e(overview),
         "__SUMMARY__": _summary_table(result) + _skipped_section(result) + _progress_section(runs),
         "__MATRIX__": _matrix_table(result),
+        "__DECISIONS__": decisions_section(result) + ranking_section(result),
         "__PLOTS__": _plots_section(plots),
         "__META__": _script_safe(json.dumps(meta)),
         "__EPISODES__": _script_safe(episode_data_json(runs)),
