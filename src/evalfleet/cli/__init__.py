@@ -26,6 +26,7 @@ __all__ = ["build_parser", "entry", "exit_now", "main"]
 # "module:function" of each command family's registration, in the order `evalfleet --help` lists them.
 COMMANDS = (
     "evalfleet.cli.plan:register",  # overrides, plan, variations
+    "evalfleet.cli.conditions:register",  # conditions export
     "evalfleet.cli.run:register",  # run, runner
     "evalfleet.cli.submit:register",  # submit
     "evalfleet.cli.watchdog:add_watchdog_parser",  # watchdog

@@ -75,7 +75,8 @@ def plan_lines(name: str, plan, width: int, *, order: str | None = None) -> list
     for rp in plan.runs.values():
         n = str(rp.num_episodes) if rp.num_episodes else f"until {rp.num_steps} steps"
         rows.append([rp.name, str(rp.task), str(rp.policy), n, str(rp.run.environment_builder.num_envs),
-                     str(sum(1 for s in plan.shards if s.run == rp.name)), ", ".join(rp.samplers) or "-"])
+                     str(sum(1 for s in plan.shards if s.run == rp.name)),
+                     f"replays {rp.replay.source}" if rp.replay else ", ".join(rp.samplers) or "-"])
     title = f"{name}: {plan.total_episodes} episodes, {len(plan.shards)} shards"
     lines = table_lines(columns, rows, width, title=title)
     lines.extend(spec_check_lines(plan, width))

@@ -236,10 +236,12 @@ def _build(doc: dict[str, Any], where: str) -> Experiment:
     _check_shared(shared, where)
     runs = {name: _deep_merge(shared, run) for name, run in doc["runs"].items()}
     top = {k: v for k, v in doc.items() if k not in ("runs", "shared")}
+    from evalfleet.experiment.replay import attach_conditions
     from evalfleet.experiment.stopping import resolve_stopping
     from evalfleet.experiment.validation import validate_types
 
     try:
+        runs = attach_conditions(runs, where)  # `conditions: FILE` → the Run's inline list (experiment/replay.py)
         merged = {**top, "runs": runs, "shared": shared}
         exp = Experiment.model_validate(merged)
         for name, run in exp.runs.items():

@@ -4,7 +4,9 @@ Each Run becomes episodes 0..N-1. Episode i's seed is a stable hash of (experime
 task tag, i); each enabled variation's value is drawn from a generator seeded from (that seed, the
 variation's name). Nothing depends on worker count, num_envs, sharding, backend, the order of Runs
 or what ran before, so two policies on the same task face identical episodes (paired comparisons),
-and a Run with a variation disabled is a matched control arm.
+and a Run with a variation disabled is a matched control arm. A Run replaying a condition set
+(`conditions:`, experiment/conditions.py) takes episode i's seed, variation values and initial state
+from the set instead, as a function of i alone too.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from evalfleet.experiment.conditions import ReplaySet, repeat_seed, replay_set
 from evalfleet.experiment.loading import LoadedExperiment
 from evalfleet.experiment.schema import Run
 from evalfleet.seeding import stable_hash
@@ -55,9 +58,17 @@ class EpisodeSpec:
     index: int
     seed: int
     variations: dict[str, Any]
+    # A replayed condition set (experiment/conditions.py): the initial state the env's reset gets as `episode`
+    # (None: the index), and which condition of the set this episode is, and which repeat of it.
+    initial_state: int | None = None
+    condition: int | None = None
+    repeat: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"episode": self.index, "seed": self.seed, "variations": self.variations}
+        out = {"episode": self.index, "seed": self.seed, "variations": self.variations}
+        if self.condition is not None:
+            out.update(condition=self.condition, repeat=self.repeat, initial_state=self.initial_state)
+        return out
 
 
 @dataclass
@@ -68,6 +79,7 @@ class RunPlan:
     policy: str
     base_seed: int
     samplers: dict[str, dict[str, Any] | None]  # enabled variations only
+    replay: ReplaySet | None = None  # the Run's `conditions:`: its episodes come from the set, not sampled
 
     @property
     def num_episodes(self) -> int | None:
@@ -78,6 +90,11 @@ class RunPlan:
         return self.run.rollout_limit.num_steps
 
     def episode(self, index: int) -> EpisodeSpec:
+        if self.replay is not None:
+            number, repeat = self.replay.order[index]
+            c = self.replay.conditions[number]
+            return EpisodeSpec(self.name, index, repeat_seed(c.seed, repeat), dict(c.variations), c.initial_state,
+                               number, repeat)
         seed = episode_seed(self.base_seed, self.task, index)
         values = {name: sample(s, variation_rng(seed, name)) for name, s in sorted(self.samplers.items())}
         return EpisodeSpec(self.name, index, seed, values)
@@ -130,6 +147,8 @@ class Plan:
                 "num_steps": rp.num_steps,
                 "num_envs": rp.run.environment_builder.num_envs,
                 "variations": rp.samplers,
+                **({"conditions": {k: rp.run.conditions[k] for k in ("source", "set_sha256", "sha256")}}
+                   if rp.replay else {}),
                 "shards": [s.id for s in self.shards if s.run == rp.name],
             }
             if with_episodes:
@@ -166,7 +185,8 @@ def run_plan(name: str, run: Run, experiment_seed: int) -> RunPlan:
             sampler = entry.info.variations[vname].default_sampler
         samplers[vname] = sampler
     base_seed = run.environment_builder.seed if run.environment_builder.seed is not None else experiment_seed
-    return RunPlan(name, run, run.task_tag(), run.policy_tag(), base_seed, samplers)
+    replay = replay_set(run.conditions) if run.conditions else None
+    return RunPlan(name, run, run.task_tag(), run.policy_tag(), base_seed, samplers, replay)
 
 
 def make_plan(loaded: LoadedExperiment, *, shard_size: int | None = None, workers: int | None = None) -> Plan:

@@ -244,6 +244,8 @@ class Run(Strict):
     episode_timeout_s: Seconds = 600.0
     # Sequential stopping for this Run; replaces the Experiment's `stopping:` (experiment/stopping.py resolves it).
     stopping: Stopping | None = None
+    # A condition set replayed (experiment/replay.py): at load `conditions: FILE` becomes the inline list.
+    conditions: dict[str, Any] | None = None
 
     @field_validator("task", "policy_name")
     @classmethod

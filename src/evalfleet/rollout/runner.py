@@ -254,7 +254,9 @@ class ShardRunner:
             slot.started = time.monotonic()
             try:
                 # An env whose episodes differ by index, not only seed (LIBERO's fixed initial states).
-                by_index = {"episode": spec.index} if slot.env.reset_takes_episode else {}
+                # A replayed condition set gives the initial state it was exported with.
+                start = spec.index if spec.initial_state is None else spec.initial_state
+                by_index = {"episode": start} if slot.env.reset_takes_episode else {}
                 slot.observation = slot.env.reset(spec.seed, spec.variations, **by_index)
                 self._policy.reset(spec.seed, slot.env_id)
                 if should_record(recording, spec.index):
