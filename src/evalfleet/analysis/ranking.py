@@ -102,6 +102,18 @@ def _win_matrix(y: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return np.einsum("bn,ni,nj->bij", weights, won, lost)
 
 
+def _resampled_patterns(y: np.ndarray, strata: np.ndarray, bootstrap: int, rng: np.random.Generator
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """The blocks resampled with replacement within each task, as counts of each distinct outcome pattern
+    (a multinomial over a task's patterns is the same draw, and memory grows with patterns, not episodes)."""
+    patterns, weights = [], []
+    for t in np.unique(strata):
+        rows, counts = np.unique(np.nan_to_num(y[strata == t], nan=-1.0), axis=0, return_counts=True)
+        patterns.append(np.where(rows < 0, np.nan, rows))
+        weights.append(rng.multinomial(int(counts.sum()), counts / counts.sum(), size=bootstrap))
+    return np.concatenate(patterns), np.concatenate(weights, axis=1).astype(float)
+
+
 def _rank_bounds(lo: np.ndarray, hi: np.ndarray, groups: np.ndarray) -> list[list[int]]:
     out = []
     for i in range(len(lo)):
@@ -143,12 +155,8 @@ def rank_policies(outcomes: Outcomes, policies: Sequence[str] | None = None, *, 
     wins = _win_matrix(y, np.ones((1, len(y))))[0]
     theta = fit_strengths(wins, edges, groups)
     rng = np.random.default_rng(seed)
-    weights = np.zeros((bootstrap, len(y)))
-    for t in np.unique(strata):
-        idx = np.flatnonzero(strata == t)
-        draws = rng.integers(0, len(idx), size=(bootstrap, len(idx)))
-        np.add.at(weights, (np.arange(bootstrap)[:, None], idx[draws]), 1.0)
-    boot = fit_strengths(_win_matrix(y, weights), edges, groups)
+    patterns, weights = _resampled_patterns(y, strata, bootstrap, rng)
+    boot = fit_strengths(_win_matrix(patterns, weights), edges, groups)
     if reference is not None and reference in names:
         ref = names.index(reference)
         same = groups == groups[ref]
