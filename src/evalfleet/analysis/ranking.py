@@ -183,7 +183,8 @@ def rank_policies(outcomes: Outcomes, policies: Sequence[str] | None = None, *, 
     if never_lost or never_won:
         result["notes"].append(
             "an unbeaten or never-winning policy has no finite maximum-likelihood strength; "
-            f"{PSEUDO_WINS:g} pseudo-win each way per pair of policies keeps it finite"
+            f"{PSEUDO_WINS:g} pseudo-win each way per pair of policies keeps it finite, and its interval understates "
+            "the uncertainty (every bootstrap resample is unbeaten too)"
             + (f" (won every discordant pair: {', '.join(never_lost)})" if never_lost else "")
             + (f" (lost every discordant pair: {', '.join(never_won)})" if never_won else ""))
     few = [names[i] for i in range(len(names)) if discordant[i].sum() < FEW_DISCORDANT]
