@@ -31,6 +31,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     from evalfleet.execution.backends import get_backend
+    from evalfleet.execution.waves import check_backend
     from evalfleet.experiment.loading import load_experiment
 
     path = experiment_path(args)
@@ -39,4 +40,5 @@ def cmd_submit(args: argparse.Namespace) -> int:
         return 0
     backend = get_backend(args.backend, address=args.ray_address)
     loaded = load_experiment(path, args.overrides)
+    check_backend(loaded, args.backend)  # a `stopping:` Experiment needs waves: local and Ray only
     return backend.submit(loaded, dry_run=args.dry_run, output_dir=args.output_dir, stream=sys.stdout)

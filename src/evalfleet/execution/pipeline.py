@@ -20,6 +20,7 @@ from evalfleet.execution.backends import Backend, ExecutionJob, WorkerResult, ge
 from evalfleet.execution.output_dir import default_output, output_folder, prepare_output, write_run_status
 from evalfleet.execution.standby import EvalfleetMain
 from evalfleet.execution.watchdog import WatchdogConfig
+from evalfleet.execution.waves import check_backend, execute_in_waves, has_stopping, stopped_runs
 from evalfleet.experiment.loading import LoadedExperiment, load_experiment
 from evalfleet.experiment.plan import Plan, make_plan
 from evalfleet.experiment.validation import require_executable
@@ -80,6 +81,7 @@ def prepare(loaded: LoadedExperiment, backend: Backend, output: str | os.PathLik
     check_shard_size(shard_size)
     require_executable(loaded.experiment.runs, loaded.path)
     backend.check()
+    check_backend(loaded, backend.name)
     if backend.name == "local":  # its policy servers start here: their programs must exist here
         check_server_programs(loaded.experiment.runs, loaded.path)
     elif backend.name == "ray":  # its servers bind the node's address: a key, or allow_unauthenticated
@@ -118,6 +120,8 @@ def _execute(loaded: LoadedExperiment, out: Path, backend: Backend, *, shard_siz
     job = ExecutionJob(loaded, plan, out, watchdog or WatchdogConfig.local(), show_progress=progress, log=log,
                        spare_core_work=preload, fork_runners=fork_runners)
     with backend.serve(job) as experiment_file:
+        if has_stopping(plan):  # sequential stopping: waves of shards until no Run needs more
+            return plan, execute_in_waves(job, backend, experiment_file, log)
         return plan, backend.execute(job, experiment_file)
 
 
@@ -136,7 +140,9 @@ def spec_mismatch(out: Path, run: str) -> str | None:
 
 
 def finish_runs(plan: Plan, out: Path, results: list[WorkerResult]) -> None:
-    """Mark each Run completed or failed (with the reason a worker gave up) in its run_status.json."""
+    """Mark each Run completed or failed (with the reason a worker gave up) in its run_status.json; a Run that
+    sequential stopping ended early is completed with `stopped_at` and the reason, its plan cut there."""
+    stopped = stopped_runs(out, plan)
     gave_up: dict[str, str] = {}
     for r in results:
         if r.problem:
@@ -148,12 +154,16 @@ def finish_runs(plan: Plan, out: Path, results: list[WorkerResult]) -> None:
             write_run_status(out, name, state="failed", reason=refused)
             continue
         records = latest_records(out, name, rp.num_episodes)
-        if rp.num_episodes is None:
+        planned = stopped[name][0] if name in stopped else rp.num_episodes
+        if planned is None:
             missing = 0 if records else 1
         else:
-            missing = sum(1 for i in range(rp.num_episodes)
+            missing = sum(1 for i in range(planned)
                           if i not in records or not is_decided(records[i], rp.run.max_attempts))
-        if missing:
+        if name in stopped and not missing:
+            write_run_status(out, name, state="completed", reason=stopped[name][1], stopped_at=planned,
+                             planned_episodes=planned, max_episodes=rp.num_episodes)
+        elif missing:
             reason = f"{missing} episodes not finished" + (f"; {gave_up[name]}" if name in gave_up else "")
             write_run_status(out, name, state="failed", reason=reason)
         else:
