@@ -31,6 +31,7 @@ from evalfleet.layout import (EXPERIMENT_FILE, PARTS_DIR, PLOTS_DIR, RECORDS_FIL
 from evalfleet.outputs.report import render_report
 from evalfleet.outputs.storage import Location, check_endpoint, is_url, open_location
 from evalfleet.secrets import mask_url
+from evalfleet.outputs.stopping_result import add_stopping
 from evalfleet.outputs.summary import build_result, provenance, summarise_run
 from evalfleet.rollout.records import RunRecords, RunScope, SetAside
 from evalfleet.rollout.run_folder import (arena_records, experiment_document, join, merge_statuses,
@@ -259,6 +260,7 @@ def _collect(sources: list[str], output: str, *, endpoint_url: str | None, repor
         run.summary = summary
     result = build_result(summaries, provenance(experiment_bytes, sources=[_safe_url(s) for s in sources]),
                           skipped=skipped_files(locations), records={r.name: r.records for r in runs})
+    result = add_stopping(result, named, shared, {r.name: r.records for r in runs})  # sequential decisions
     dest.write_bytes(RESULT_FILE, (json.dumps(result, indent=2, sort_keys=False) + "\n").encode())
     collected = Collected(result, runs, dest)
     if report:

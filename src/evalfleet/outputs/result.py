@@ -51,6 +51,29 @@ class RunResult:
 
 
 @dataclass(frozen=True)
+class ComparisonResult:
+    """One entry of experiment_result.json's `comparisons` (sequential stopping's policy-vs-baseline decision)."""
+
+    task: str
+    policy: str
+    baseline: str
+    verdict: str  # better | worse | no_difference | undecided
+    stopped_at: int | None  # episodes per Run at the deciding look (the cap when undecided)
+    max_episodes: int
+    difference: float  # policy-only minus baseline-only discordant pairs, over the pairs
+    interval: tuple[float, float]  # valid for the sequential design: `interval_method`
+    interval_method: str
+    method: str
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, entry: dict[str, Any]) -> "ComparisonResult":
+        return cls(entry["task"], entry["policy"], entry["baseline"], entry["verdict"], entry.get("stopped_at"),
+                   entry["max_episodes"], entry["difference"], tuple(entry["interval"]), entry["interval_method"],
+                   entry["method"], raw=entry)
+
+
+@dataclass(frozen=True)
 class ExperimentResult:
     name: str
     output: Path
@@ -76,6 +99,11 @@ class ExperimentResult:
     @property
     def exit_code(self) -> int:
         return 0 if self.ok else 1
+
+    @property
+    def comparisons(self) -> list[ComparisonResult]:
+        """Sequential stopping's decisions, one per (task, policy, baseline); [] without `stopping:`."""
+        return [ComparisonResult.from_json(c) for c in self.raw.get("comparisons") or []]
 
     def rates(self) -> dict[str, float | None]:
         return {n: r.success_rate for n, r in self.runs.items()}

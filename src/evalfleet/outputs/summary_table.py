@@ -24,4 +24,15 @@ def summary_rows(result: dict[str, Any]) -> list[list[str]]:
 def summary_table_lines(result: dict[str, Any], width: int, *, title: str | None = None) -> list[str]:
     """The summary as text lines for `width` columns: aligned columns when every cell fits whole, else one
     block per Run (name on its own line, then `field: value` pairs); names are never cut."""
-    return table_lines(COLUMNS, summary_rows(result), width, title=title)
+    return table_lines(COLUMNS, summary_rows(result), width, title=title) + comparison_lines(result)
+
+
+def comparison_lines(result: dict[str, Any]) -> list[str]:
+    """One line per sequential comparison: `task/policy vs baseline: better at 30 of 200 episodes, ...`."""
+    lines = []
+    for c in result.get("comparisons") or []:
+        lo, hi = c["interval"]
+        lines.append(f"{c['task']}/{c['policy']} vs {c['baseline']}: {c['verdict'].replace('_', ' ')} at "
+                     f"{c['stopped_at']} of {c['max_episodes']} episodes, difference {c['difference']:+.2f} "
+                     f"[{lo:+.2f}, {hi:+.2f}] (anytime-valid), statistic {c['statistic']:.2f}")
+    return lines

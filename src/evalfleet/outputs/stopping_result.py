@@ -1,0 +1,57 @@
+"""Sequential stopping in experiment_result.json (issue #25): the `comparisons` list and each stopping Run's
+`stopping` entry, computed from the folder's experiment.yaml (whose Runs carry their resolved rules) and the
+records that count, so `evalfleet collect` of a folder gives what the run gave."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from pydantic import ValidationError
+
+from evalfleet.analysis.stopping import comparison_entry, rules_of, run_entry, state
+from evalfleet.experiment.schema import Experiment
+
+OUTCOME = {"success": 1, "failure": 0}
+
+
+def add_stopping(result: dict[str, Any], named: dict[str, Any], shared: dict[str, Any],
+                 records: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """`result` with `comparisons` and `runs.<run>.stopping` added when any Run of the Experiment stops
+    sequentially; unchanged otherwise (also when the document is not a valid resolved Experiment)."""
+    experiment = _experiment(named, shared)
+    if experiment is None or not any(r.stopping is not None for r in experiment.runs.values()):
+        return result
+    try:
+        rules, pairs = rules_of(experiment)
+    except Exception:  # noqa: BLE001 - a folder's rules that no longer hold (an edited file) add nothing
+        return result
+    outcomes = {}
+    for name, run in experiment.runs.items():
+        if run.stopping is None:
+            continue
+        found: dict[int, int | None] = {}
+        for r in records.get(name, []):
+            episode, status = r.get("episode"), str(r.get("status"))
+            decided = status in OUTCOME or int(r.get("attempt", 1) or 1) >= run.max_attempts
+            if isinstance(episode, int) and decided:
+                found[episode] = OUTCOME.get(status)
+        outcomes[name] = found
+    current = state(rules, pairs, outcomes)
+    out = copy.copy(result)
+    out["runs"] = {name: ({**entry, "stopping": run_entry(current.runs[name])} if name in current.runs else entry)
+                   for name, entry in result.get("runs", {}).items()}
+    out["comparisons"] = [comparison_entry(p) for p in current.pairs]
+    return out
+
+
+def _experiment(named: dict[str, Any], shared: dict[str, Any]) -> Experiment | None:
+    runs = {}
+    for name, run in named.items():
+        if not isinstance(run, dict):
+            return None
+        runs[name] = {**(shared or {}), **run}
+    try:
+        return Experiment.model_validate({"runs": runs})
+    except (ValidationError, ValueError, TypeError):
+        return None
