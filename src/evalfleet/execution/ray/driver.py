@@ -77,8 +77,10 @@ class RayRun:
                     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
                     options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(placement_group=group)
-                run_doc = yaml.safe_dump({**document, "runs": {shard.run: document["runs"][shard.run]}},
-                                         sort_keys=False)
+                # The task's Experiment holds this Run alone: its stopping rule (which names other Runs) stays
+                # with the driver; its num_episodes already is the cap (experiment/stopping.py).
+                alone = {k: v for k, v in document["runs"][shard.run].items() if k != "stopping"}
+                run_doc = yaml.safe_dump({**document, "runs": {shard.run: alone}}, sort_keys=False)
                 # `address` is an ObjectRef: Ray starts the task once the server answered where it listens.
                 ref = task.options(**options).remote(run_doc, shard.run, shard.start, shard.stop, sink, config,
                                                      address)

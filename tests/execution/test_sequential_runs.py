@@ -1,0 +1,108 @@
+"""A sequential Experiment end to end (issue #25): Meta-World's expert against the expert with strong action
+noise on push-v3, decided before the cap; identical decisions and records with 1 and 2 workers, on Ray, and after
+SIGKILL of `evalfleet run` + --resume. One small Experiment, reused."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import evalfleet
+from evalfleet_testkit import evalfleet_cmd, plugin_env, results_by_episode
+
+pytestmark = pytest.mark.slow
+
+EXPERIMENT = """\
+name: sequential
+stopping:
+  wave: 5
+  max_episodes: 30
+  compare: {baseline: expert}
+shared:
+  environment: {type: metaworld, task: push-v3}
+  policy: {type: metaworld_expert}
+  rollout_limit: {num_episodes: 30}
+runs:
+  expert: {policy_name: expert}
+  noisy:
+    policy_name: noisy
+    variations:
+      robot.action_noise: {enabled: true, distribution: uniform, low: 1.0, high: 1.0}
+"""
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("seq") / "sequential.yaml"
+    path.write_text(EXPERIMENT)
+    return path
+
+
+@pytest.fixture(scope="module")
+def reference(experiment: Path) -> Path:
+    out = experiment.parent / "one_worker"
+    result = evalfleet.run(experiment, output=out, workers=1, progress=False)
+    assert result.ok
+    return out
+
+
+def decisions(out: Path) -> tuple[list[dict], dict]:
+    result = json.loads((out / "experiment_result.json").read_text())
+    return result["comparisons"], {n: r.get("stopping") for n, r in result["runs"].items()}
+
+
+def test_decided_before_the_cap_with_one_worker(reference: Path) -> None:
+    comparisons, stopping = decisions(reference)
+    assert [(c["policy"], c["verdict"]) for c in comparisons] == [("noisy", "worse")]
+    used = comparisons[0]["stopped_at"]
+    assert used < 30 and comparisons[0]["interval"][1] < 0
+    assert {n: s["stopped_at"] for n, s in stopping.items()} == {"expert": used, "noisy": used}
+    assert len(results_by_episode(reference)) == 2 * used  # nothing ran past the deciding look
+    status = json.loads((reference / "noisy" / "run_status.json").read_text())
+    assert (status["state"], status["stopped_at"], status["reason"]) == ("completed", used, "1 comparison decided")
+
+
+def test_two_workers_give_the_same_decisions_and_records(experiment: Path, reference: Path) -> None:
+    out = experiment.parent / "two_workers"
+    result = evalfleet.run(experiment, output=out, workers=2, shard_size=2, progress=False)
+    assert [(c.policy, c.verdict) for c in result.comparisons] == [("noisy", "worse")]
+    assert decisions(out) == decisions(reference)
+    assert results_by_episode(out) == results_by_episode(reference)
+
+
+def test_ray_gives_the_same_decisions_and_records(experiment: Path, reference: Path) -> None:
+    pytest.importorskip("ray")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    out = experiment.parent / "ray"
+    result = evalfleet.run(experiment, output=out, backend="ray", workers=2, progress=False)
+    assert result.ok
+    assert decisions(out) == decisions(reference)
+    assert results_by_episode(out) == results_by_episode(reference)
+
+
+def test_sigkill_then_resume_gives_the_same_decisions_and_records(experiment: Path, reference: Path) -> None:
+    out = experiment.parent / "killed"
+    proc = subprocess.Popen(evalfleet_cmd("run", str(experiment), "--output", str(out), "--workers", "2",
+                                          "--shard-size", "2", "--no-progress"),
+                            env=plugin_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        while proc.poll() is None and not any(p.read_text().strip() for p in out.glob("*/parts/*.jsonl")):
+            time.sleep(0.05)  # waits for a record, whatever the machine's speed
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the run and its runners, at once
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL  # killed mid-run, not finished
+    resumed = subprocess.run(evalfleet_cmd("run", str(experiment), "--output", str(out), "--resume", "--workers", "2",
+                                           "--no-progress"), env=plugin_env(), stdin=subprocess.DEVNULL,
+                             capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "noisy vs expert: worse" in resumed.stdout + resumed.stderr
+    assert decisions(out) == decisions(reference)
+    assert results_by_episode(out) == results_by_episode(reference)
