@@ -28,21 +28,24 @@ def test_output_folder_recursive_and_errors_excluded(evalfleet_output: Path) -> 
     assert len(rs.rated) == 4 * 117 and all(r["status"] != "error" for r in rs.rated)
 
 
-def test_parts_read_only_when_no_merged_file(tmp_path: Path) -> None:
+def test_parts_and_merged_file_merge_as_collect_merges_them(tmp_path: Path) -> None:
     with RecordWriter(tmp_path / "run_a" / "parts" / "shard0.jsonl", fsync=False) as w:
         w.append(rec("run_a", 0, "success"))
         w.append(rec("run_a", 1, "error"))
     with RecordWriter(tmp_path / "run_a" / "parts" / "shard1.jsonl", fsync=False) as w:
         w.append(rec("run_a", 1, "failure", attempt=2))  # the retry wins over the error
-    # run_b is merged: its stale parts must be ignored
+    # run_b was collected (its merged file holds the retry), then resumed: its parts are read beside the merged
+    # file, as collect reads them; the older attempt is stale, the episode written after the collect counts
     with RecordWriter(tmp_path / "run_b" / "episode_results.jsonl", fsync=False) as w:
-        w.append(rec("run_b", 0, "success"))
+        w.append(rec("run_b", 0, "success", attempt=2))
     with RecordWriter(tmp_path / "run_b" / "parts" / "shard0.jsonl", fsync=False) as w:
         w.append(rec("run_b", 0, "failure"))
         w.append(rec("run_b", 7, "failure"))
     rs = load_records([tmp_path])
     got = {(r["run"], r["episode"]): r["status"] for r in rs.records}
-    assert got == {("run_a", 0): "success", ("run_a", 1): "failure", ("run_b", 0): "success"}
+    assert got == {("run_a", 0): "success", ("run_a", 1): "failure", ("run_b", 0): "success",
+                   ("run_b", 7): "failure"}
+    assert rs.set_aside.stale == 1
 
 
 def test_torn_last_line_and_duplicates(tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ from outputs_helpers import record, write_jsonl, write_status
 
 from evalfleet.analysis.stats import wilson_interval
 from evalfleet.errors import UserError
-from evalfleet.outputs.collect import collect, parse_record_lines
+from evalfleet.outputs.collect import collect
+from evalfleet.rollout.run_folder import parse_record_lines
 from evalfleet.rollout.records import RunRecords, RunScope
 from evalfleet.outputs.finalize import write_report
 

@@ -7,10 +7,13 @@ Accepted inputs:
 - `.tar` / `.tar.gz` / `.tgz` archives holding either of the above;
 - single `.jsonl` files (Arena's `--episode_results FILE.jsonl`).
 
-Records are normalised (run from `run`/`job_name`/the folder name; `status` from `success` when absent),
-then merged per Run by evalfleet.rollout.records.RunRecords, the rule the runner and collect use: one record per
-planned episode (the plan's size from the Run folder's run_status.json, else from the input folder's
-experiment.yaml), records of another Run found in a Run's folder and episodes outside the plan set aside.
+A Run folder is read as `evalfleet collect` reads it (`rollout.run_folder.folder_records`: the merged file and
+parts/, or Arena's files in Arena's order numbered by Arena's global episode index; a malformed run_status.json is
+refused), so collect and the analyses see the same episodes under the same numbers. Records are normalised (run
+from `run`/`job_name`/the folder name; `status` from `success` when absent), then merged per Run by
+evalfleet.rollout.records.RunRecords, the rule the runner and collect use: one record per planned episode (the
+plan's size from the Run folder's run_status.json, else from the input folder's experiment.yaml), records of
+another Run found in a Run's folder and episodes outside the plan set aside.
 
 Inside an input folder only regular files and folders that lie in it are read (analysis.local_files): a link
 leading out of it, a FIFO or a device is skipped with a warning (`RecordSet.skipped`).
@@ -30,11 +33,11 @@ from evalfleet.analysis.local_files import kind_inside, open_regular
 from evalfleet.arena_format import truthy
 from evalfleet.errors import UserError
 from evalfleet.feedback import is_long, track
-from evalfleet.layout import (EXPERIMENT_FILE, PARTS_DIR, RECORDS_FILE, RECORDS_PREFIX,
-                              RECORDS_SUFFIX, STATUS_FILE, is_records_name)
+from evalfleet.layout import EXPERIMENT_FILE, PARTS_DIR, RECORDS_FILE, RECORDS_PREFIX, RECORDS_SUFFIX, STATUS_FILE
 from evalfleet.secrets import mask_url
-from evalfleet.rollout.records import STATUSES, RunRecords, RunScope, SetAside, record_dicts
-from evalfleet.rollout.run_folder import (experiment_document, planned_episodes, read_status, run_files,
+from evalfleet.rollout.records import STATUSES, RunRecords, RunScope, SetAside
+from evalfleet.rollout.run_folder import (FolderReader, RunFiles, experiment_document, folder_records,
+                                          parse_record_lines, planned_episodes, read_status, run_files,
                                           status_planned)
 
 log = logging.getLogger("evalfleet.analysis")
@@ -70,27 +73,16 @@ def is_archive(path: Path | PurePosixPath) -> bool:
     return path.name.endswith(ARCHIVE_SUFFIXES)
 
 
-def select_record_files(paths: Iterable[PurePosixPath]) -> list[PurePosixPath]:
-    """From a set of relative file paths, the record files to read: in each folder, what
-    `run_folder.RunFiles.analysed` takes (every episode_results*.jsonl, else parts/*.jsonl of a Run not merged yet)."""
+def run_folders(paths: Iterable[PurePosixPath]) -> dict[PurePosixPath, RunFiles]:
+    """From a set of relative file paths, each Run folder's files (`run_folder.run_files`, the rule collect uses)."""
     folders: dict[PurePosixPath, tuple[list[str], list[str]]] = {}
     for p in set(paths):
-        if p.suffix == RECORDS_SUFFIX and p.parent.name == PARTS_DIR and not is_records_name(p.name):
+        if p.suffix == RECORDS_SUFFIX and p.parent.name == PARTS_DIR:
             folders.setdefault(p.parent.parent, ([], []))[1].append(p.name)
         else:
             folders.setdefault(p.parent, ([], []))[0].append(p.name)
-    return sorted(folder / rel for folder, (names, parts) in folders.items()
-                  for rel in run_files(names, parts).analysed())
-
-
-def default_run_name(rel: PurePosixPath, fallback: str) -> str:
-    """The Run a record file belongs to when its lines do not say: its folder (the folder above parts/)."""
-    return run_folder_of(rel).name or fallback
-
-
-def run_folder_of(rel: PurePosixPath) -> PurePosixPath:
-    """The Run folder a record file lies in: its own folder, or the one above parts/."""
-    return rel.parent.parent if rel.parent.name == PARTS_DIR else rel.parent
+    found = {folder: run_files(names, parts) for folder, (names, parts) in sorted(folders.items())}
+    return {folder: files for folder, files in found.items() if files.collected() or files.arena_files()}
 
 
 class _Normaliser:
@@ -135,15 +127,42 @@ class _Merger:
             self.runs[name] = RunRecords(RunScope(name, self.planned.get(name)))
         return self.runs[name]
 
+    def add(self, rec: dict[str, Any], *, default_run: str, source: str, line: int, in_run_folder: bool) -> None:
+        """One raw record. `in_run_folder`: it lies in a Run's folder, so a record naming another Run is foreign
+        there."""
+        rec = self.normalise(rec, default_run=default_run, source=source, line=line)
+        if in_run_folder and rec["run"] != default_run:
+            self._run(default_run).set_aside.count("foreign", source)
+            return
+        self._run(rec["run"]).add(rec, None, source)
+
     def read(self, data: bytes, *, default_run: str, source: str, in_run_folder: bool) -> None:
-        """A record file's bytes. `in_run_folder`: the file lies in a Run's folder, so a record naming another Run
-        is foreign there."""
-        for i, raw in enumerate(record_dicts(data)):
-            rec = self.normalise(raw, default_run=default_run, source=source, line=i)
-            if in_run_folder and rec["run"] != default_run:
-                self._run(default_run).set_aside.count("foreign", source)
-                continue
-            self._run(rec["run"]).add(rec, None, source)
+        """A record file's bytes (a file given alone)."""
+        for i, (raw, _line) in enumerate(parse_record_lines(data)):
+            self.add(raw, default_run=default_run, source=source, line=i, in_run_folder=in_run_folder)
+
+    def read_folders(self, reader: FolderReader, folders: dict[PurePosixPath, RunFiles], *, fallback: str,
+                     in_run_folder: bool = True, sources: list[str]) -> None:
+        """Run folders below a reader's root, as collect reads them (`run_folder.folder_records`); their
+        run_status.json's plans first, so every Run is held to its plan from its first record."""
+        statuses = {folder: _status(reader, folder) for folder, files in folders.items() if files.status}
+        for folder, status in statuses.items():
+            if status_planned(status) is not None:  # run_status.json's plan comes before experiment.yaml's
+                self.planned[folder.name or fallback] = status_planned(status)
+        ticks = track(range(n := sum(len(f.collected()) for f in folders.values())), "reading record files", total=n)
+        for folder, files in folders.items():
+            run = folder.name or fallback
+            sources += [reader.display((folder / rel).as_posix()) for rel in files.collected() + files.arena_files()]
+            lines: dict[str, int] = {}
+            for raw, _line, where in folder_records(
+                    reader, [(folder / rel).as_posix() for rel in files.collected()],
+                    [(folder / rel).as_posix() for rel in files.arena_files()], run=run, status=statuses.get(folder),
+                    after_file=lambda: next(ticks, None)):
+                lines[where] = lines.get(where, -1) + 1
+                self.add(raw, default_run=run, source=where, line=lines[where],
+                         in_run_folder=in_run_folder or folder != PurePosixPath("."))
+        for _ in ticks:  # finish the bar
+            pass
 
     def result(self) -> tuple[list[dict[str, Any]], SetAside]:
         aside = SetAside()
@@ -156,25 +175,45 @@ class _Merger:
 
 @dataclass
 class _LocalFolder:
-    """A local input folder as a `run_folder.FolderReader`: only regular files inside it are read."""
+    """A local input folder as a `run_folder.FolderReader`: only regular files inside it are read; a record file
+    gone since it was listed reads as empty."""
 
     root: Path
 
     def read_bytes(self, rel: str) -> bytes:
-        with open_regular(str(self.root), str(self.root / rel)) as f:
-            return f.read()
+        try:
+            with open_regular(str(self.root), str(self.root / rel)) as f:
+                return f.read()
+        except FileNotFoundError:
+            return b""
 
     def display(self, rel: str = "") -> str:
         return str(self.root / rel)
 
 
-def _planned_episodes(root: Path, run_dir: PurePosixPath) -> int | None:
-    """The plan the Run folder's run_status.json states (None when it has none or it is unreadable)."""
+@dataclass
+class _Archive:
+    """A tar archive's regular members as a `run_folder.FolderReader`, read in memory: names never become paths."""
+
+    path: Path
+    archive: tarfile.TarFile
+    members: dict[PurePosixPath, tarfile.TarInfo]
+
+    def read_bytes(self, rel: str) -> bytes:
+        fileobj = self.archive.extractfile(self.members[PurePosixPath(rel)])
+        return fileobj.read() if fileobj is not None else b""
+
+    def display(self, rel: str = "") -> str:
+        return f"{self.path}!{rel}"
+
+
+def _status(reader: FolderReader, folder: PurePosixPath) -> dict[str, Any] | None:
+    """A Run folder's run_status.json (`run_folder.read_status`: a malformed one is refused, naming it); None when
+    it cannot be read (gone, or a link out of the folder)."""
     try:
-        planned = status_planned(read_status(_LocalFolder(root), (run_dir / STATUS_FILE).as_posix()))
-    except (OSError, UserError):
+        return read_status(reader, (folder / STATUS_FILE).as_posix())
+    except OSError:
         return None
-    return planned if planned is not None and planned >= 0 else None
 
 
 def _read_file(path: Path) -> bytes:
@@ -192,26 +231,20 @@ def _read_archive(path: Path, merger: _Merger, sources: list[str]) -> None:
         raise UserError(f"cannot read archive ({exc}); expected a .tar or .tar.gz of record files", where=str(path))
     with archive:
         members = {PurePosixPath(m.name): m for m in archive.getmembers() if m.isfile()}
-        for rel in select_record_files(members):
-            fileobj = archive.extractfile(members[rel])  # read in memory: member names never become paths
-            if fileobj is None:
-                continue
-            source = f"{path}!{rel}"
-            sources.append(source)
-            merger.read(fileobj.read(), default_run=default_run_name(rel, path.name), source=source,
-                        in_run_folder=rel.parent != PurePosixPath("."))
+        merger.read_folders(_Archive(path, archive, members), run_folders(members), fallback=path.name,
+                            in_run_folder=False, sources=sources)
 
 
 def _walk(root: Path, skipped: dict[str, str]) -> tuple[list[PurePosixPath], list[Path]]:
-    """Record files and archives below `root`: regular files inside it only (links leading out of it, FIFOs,
-    devices are recorded in `skipped`). Links to folders are not followed."""
+    """Record files, run_status.json files and archives below `root`: regular files inside it only (links leading
+    out of it, FIFOs, devices are recorded in `skipped`). Links to folders are not followed."""
     record_like: list[PurePosixPath] = []
     archives: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in sorted(filenames):
             full = Path(dirpath) / name
-            if not (is_archive(full) or name.endswith(".jsonl")):
+            if not (is_archive(full) or name.endswith(".jsonl") or name == STATUS_FILE):
                 continue
             kind, why = kind_inside(str(root), str(full))
             if kind != "file":
@@ -249,18 +282,11 @@ def load_records(inputs: Iterable[str | os.PathLike[str]]) -> RecordSet:
         if path.is_dir():
             merger.planned.update({name: n for name, n in folder_plan(path).items() if n is not None})
             files, archives = _walk(path, skipped)
-            chosen = select_record_files(files)
-            if is_long(files=len(chosen)):
-                log.info("reading %d record files in %s", len(chosen), path)
-            for rel in chosen:
-                planned = _planned_episodes(path, run_folder_of(rel))
-                if planned is not None:  # run_status.json's plan comes before experiment.yaml's
-                    merger.planned[default_run_name(rel, path.resolve().name)] = planned
-            for rel in track(chosen, "reading record files"):
-                full = path / rel
-                sources.append(str(full))
-                merger.read(_read_file(full), default_run=default_run_name(rel, path.resolve().name), source=str(full),
-                            in_run_folder=True)
+            folders = run_folders(files)
+            count = sum(len(f.collected()) + len(f.arena_files()) for f in folders.values())
+            if is_long(files=count):
+                log.info("reading %d record files in %s", count, path)
+            merger.read_folders(_LocalFolder(path), folders, fallback=path.resolve().name, sources=sources)
             for archive in archives:
                 _read_archive(archive, merger, sources)
         elif is_archive(path):

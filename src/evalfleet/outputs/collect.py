@@ -34,9 +34,8 @@ from evalfleet.secrets import mask_url
 from evalfleet.outputs.stopping_result import add_stopping
 from evalfleet.outputs.summary import build_result, provenance, summarise_run
 from evalfleet.rollout.records import RunRecords, RunScope, SetAside
-from evalfleet.rollout.run_folder import (arena_records, experiment_document, join, merge_statuses,
-                                          parse_record_lines, planned_episodes, read_status, run_files,
-                                          status_planned)
+from evalfleet.rollout.run_folder import (experiment_document, folder_records, join, merge_statuses,
+                                          planned_episodes, read_status, run_files, status_planned)
 
 log = logging.getLogger("evalfleet.outputs")
 
@@ -86,8 +85,7 @@ def find_runs(loc: Location, *, max_depth: int = MAX_DEPTH) -> list[tuple[str, R
         entries = dict(loc.listdir(rel))
         parts = [n for n, is_dir in loc.listdir(join(rel, PARTS_DIR)) if not is_dir] \
             if entries.get(PARTS_DIR) is True else []
-        files = run_files([n for n, is_dir in entries.items() if not is_dir], parts,
-                          status=entries.get(STATUS_FILE) is False)
+        files = run_files([n for n, is_dir in entries.items() if not is_dir], parts)
         if files.is_run:
             name = rel.rsplit("/", 1)[-1] if rel else _basename(loc)
             src = RunSource(location=loc, rel=rel, status_file=join(rel, STATUS_FILE) if files.status else None,
@@ -125,16 +123,10 @@ def read_run(name: str, sources: list[RunSource], *, merged_only: bool = False,
     planned = from_status if from_status is not None else planned
     merged = RunRecords(RunScope(name, planned))
     for src in sources:
-        for rel in _files_to_read(src, merged_only):
-            where = src.location.display(rel)
-            for rec, line in parse_record_lines(src.location.read_bytes(rel)):
-                merged.add(rec, line, where)
-            if after_file is not None:
-                after_file()
-        if src.arena_files:
-            for rec, line, where in arena_records(src.location, src.arena_files, run=name, status=status or {},
-                                                  videos=_arena_videos(src)):
-                merged.add(rec, line, where)
+        videos = _arena_videos(src) if src.arena_files else None
+        for rec, line, where in folder_records(src.location, _files_to_read(src, merged_only), src.arena_files,
+                                               run=name, status=status, videos=videos, after_file=after_file):
+            merged.add(rec, line, where)
     return RunData(name=name, sources=sources, records=merged.records, lines=[str(line) for line in merged.lines],
                    status=status, set_aside=merged.set_aside, planned=planned)
 

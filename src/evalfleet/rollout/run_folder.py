@@ -5,6 +5,11 @@ output folder's Experiment document gives. Names come from `layout`, Arena's for
 which records count is `records.RunRecords`' decision, fed by the callers (`outputs.collect`,
 `analysis.loading`, the runner's own reads through `records.iter_record_dicts`).
 
+The rules are the same for collect and the analyses: evalfleet's files (the merged episode_results.jsonl, then
+parts/*.jsonl) and, beside no merged file, Arena's files (named as Arena names them) in Arena's order, numbered by
+Arena's `global_episode_index` plus the episodes of the files before (`folder_records`); a run_status.json whose
+`planned_episodes` is not a whole number >= 0 (or null) is refused, naming it (`read_status`).
+
 A reader is anything with `read_bytes(rel)` and `display(rel)` (`FolderReader`): `Location` is one.
 """
 
@@ -12,11 +17,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Protocol
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from evalfleet.arena_format import arena_file_order, arena_record
 from evalfleet.errors import UserError
-from evalfleet.layout import PARTS_DIR, RECORDS_FILE, RECORDS_SUFFIX, is_records_name
+from evalfleet.layout import PARTS_DIR, RECORDS_FILE, RECORDS_SUFFIX, STATUS_FILE
 
 
 class FolderReader(Protocol):
@@ -41,40 +46,34 @@ class RunFiles:
     merged: bool = False  # the collected episode_results.jsonl
     parts: list[str] = field(default_factory=list)  # parts/*.jsonl, by name
     arena: list[str] = field(default_factory=list)  # Arena's episode_results_{rebuild,rank}<N>.jsonl, in Arena's order
-    other: list[str] = field(default_factory=list)  # any other episode_results*.jsonl, by name
     status: bool = False  # run_status.json is there
 
     @property
     def is_run(self) -> bool:
-        """Does the folder hold a Run (what collect looks for)?"""
+        """Does the folder hold a Run?"""
         return self.merged or bool(self.parts) or self.status or bool(self.arena)
 
     def collected(self) -> list[str]:
-        """evalfleet's record files, as collect reads them: the merged file first, then the shards' (the higher
-        attempt or newer record wins either way)."""
+        """evalfleet's record files, in the order they are read: the merged file first, then the shards' (the
+        higher attempt or newer record wins either way, so a shard resumed after a collect counts)."""
         return ([RECORDS_FILE] if self.merged else []) + [join(PARTS_DIR, n) for n in self.parts]
 
     def arena_files(self) -> list[str]:
-        """Arena's record files, in order; none beside a collected file (it already holds what they held)."""
+        """Arena's record files, in Arena's order; none beside a collected file (it already holds what they held)."""
         return [] if self.merged else list(self.arena)
 
-    def analysed(self) -> list[str]:
-        """Every episode_results*.jsonl by name or, in a folder without one (a Run not merged yet), its shards'
-        files: what the analyses read."""
-        named = sorted(([RECORDS_FILE] if self.merged else []) + self.arena + self.other)
-        return named or [join(PARTS_DIR, n) for n in self.parts]
 
-
-def run_files(names: Iterable[str], part_names: Iterable[str] = (), *, status: bool = False) -> RunFiles:
-    """A Run folder's record files from the names of the files in it and in its parts/ folder."""
-    files = RunFiles(status=status, parts=sorted(n for n in part_names if n.endswith(RECORDS_SUFFIX)))
-    for name in sorted(names):
+def run_files(names: Iterable[str], part_names: Iterable[str] = (), *, status: bool | None = None) -> RunFiles:
+    """A Run folder's record files from the names of the files in it and in its parts/ folder; `status`: is
+    there a run_status.json (None: is it among `names`)."""
+    names = sorted(names)
+    files = RunFiles(status=STATUS_FILE in names if status is None else status,
+                     parts=sorted(n for n in part_names if n.endswith(RECORDS_SUFFIX)))
+    for name in names:
         if name == RECORDS_FILE:
             files.merged = True
         elif arena_file_order(name):
             files.arena.append(name)
-        elif is_records_name(name):
-            files.other.append(name)
     files.arena.sort(key=arena_file_order)
     return files
 
@@ -101,11 +100,28 @@ def parse_record_lines(data: bytes) -> list[tuple[dict[str, Any], str]]:
     return out
 
 
+def folder_records(reader: FolderReader, record_files: list[str], arena_files: list[str], *, run: str,
+                   status: dict[str, Any] | None, videos: dict[tuple[int, int, int], dict[str, str]] | None = None,
+                   after_file: Callable[[], Any] | None = None) -> Iterator[tuple[dict[str, Any], str, str]]:
+    """(record, its line, where) of one Run folder, in the one read order collect and the analyses feed to
+    `RunRecords`: evalfleet's record files as given (`RunFiles.collected`), then Arena's (`arena_records`).
+    `after_file()` is called after each of evalfleet's files (progress)."""
+    for rel in record_files:
+        where = reader.display(rel)
+        for rec, line in parse_record_lines(reader.read_bytes(rel)):
+            yield rec, line, where
+        if after_file is not None:
+            after_file()
+    if arena_files:
+        yield from arena_records(reader, arena_files, run=run, status=status or {}, videos=videos or {})
+
+
 def arena_records(reader: FolderReader, files: list[str], *, run: str, status: dict[str, Any],
                   videos: dict[tuple[int, int, int], dict[str, str]]) -> Iterator[tuple[dict[str, Any], str, str]]:
     """(record, its line, where) for Arena's record files, read in the order given. Episodes are numbered across
-    the files (rebuild 0's episodes first), each file's by Arena's `global_episode_index`; `videos` are matched
-    by rebuild, env and episode-in-env; `status` (run_status.json) names the task and policy."""
+    the files (rebuild 0's episodes first), each file's by Arena's `global_episode_index` (its line number when
+    a line has none); `videos` are matched by rebuild, env and episode-in-env; `status` (run_status.json) names
+    the task and policy."""
     offset = 0
     for rel in files:
         where = reader.display(rel)
@@ -130,6 +146,11 @@ def read_status(reader: FolderReader, rel: str) -> dict[str, Any]:
         raise UserError(f"not valid JSON ({exc})", where=reader.display(rel)) from None
     if not isinstance(status, dict):
         raise UserError("expected a JSON object", where=reader.display(rel))
+    planned = status.get("planned_episodes")
+    if planned is not None and (not isinstance(planned, int) or isinstance(planned, bool) or planned < 0):
+        raise UserError(f"must be a whole number >= 0 or null, not {str(planned)[:60]!r}; correct it (the Run's "
+                        "planned episode count) or delete the file to hold the Run to experiment.yaml's plan",
+                        where=reader.display(rel), key="planned_episodes")
     return status
 
 
@@ -152,7 +173,7 @@ def merge_statuses(statuses: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def status_planned(status: dict[str, Any] | None) -> int | None:
-    """The planned episodes a run_status.json states (an integer, `true` is not one), else None."""
+    """The planned episodes a run_status.json states (`read_status` checked it), else None."""
     planned = (status or {}).get("planned_episodes")
     return planned if isinstance(planned, int) and not isinstance(planned, bool) else None
 
