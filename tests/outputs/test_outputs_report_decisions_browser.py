@@ -1,5 +1,8 @@
 """Must-show 5 of issue #25: the report shows the sequential decisions, their valid intervals and the ranking,
-in a real browser (Debian chromium via Playwright), opened from disk; one browser launch."""
+in a real browser (Debian chromium via Playwright), opened from disk; one browser launch. The output folder is a
+real sequential Experiment's (Meta-World, 3 policies x 2 tasks, wave 2, cap 12), its comparisons and ranking made by
+`evalfleet.run`; only the verdict it cannot give (`better`: its baseline is the best policy) and a hostile policy
+name are constructed entries beside the real ones."""
 
 from __future__ import annotations
 
@@ -7,61 +10,61 @@ import json
 import struct
 from pathlib import Path
 
-import numpy as np
-from outputs_helpers import record, write_jsonl, write_status
 from test_outputs_report_browser import open_report
 
-from evalfleet.outputs.collect import collect
+import evalfleet
 from evalfleet.outputs.finalize import write_report
 
-TASKS = ("reach", "push")
-STRENGTHS = {"strong": 1.5, "middle": 0.0, "weak": -1.5}  # log-odds, the same on both tasks
-EPISODES = 120
+CAP = 12
 HOSTILE = "<script>window.pwned = 1</script>"
-METHOD = ("group-sequential exact binomial on discordant pairs, Lan-DeMets O'Brien-Fleming spending; Holm across "
-          "3 comparisons")
 CS = "Beta(1/2,1/2) confidence sequence"
 
 
-def write_runs(root: Path) -> None:
-    """Three policies on two tasks, episodes paired by index: logit P(success) = strength + the episode's
-    difficulty, drawn once per (task, episode) from a fixed seed."""
-    rng = np.random.default_rng(7)
-    for task in TASKS:
-        difficulty = rng.normal(0.0, 1.0, EPISODES)
-        for policy, strength in STRENGTHS.items():
-            run = f"{task}_{policy}"
-            won = rng.random(EPISODES) < 1 / (1 + np.exp(-(strength + difficulty)))
-            write_jsonl(root / run / "parts" / "s.jsonl",
-                        [record(run, e, "success" if won[e] else "failure", task=task, policy=policy)
-                         for e in range(EPISODES)])
-            write_status(root / run, planned=EPISODES, state="completed", task=task, policy=policy)
+def run(task: str, policy: str, noise: float | None) -> str:
+    noisy = ("\n    variations: {robot.action_noise: {enabled: true, distribution: uniform, "
+             f"low: {noise}, high: {noise}}}}}") if noise is not None else ""
+    return (f"  {task}_{policy}:\n    environment: {{type: metaworld, task: {task}-v3, max_steps: 100}}\n"
+            f"    policy_name: {policy}{noisy}")
 
 
-def comparison(task: str, policy: str, verdict: str, **fields) -> dict:
-    return {"task": task, "policy": policy, "baseline": "middle", "runs": [f"{task}_{policy}", f"{task}_middle"],
-            "verdict": verdict, "max_episodes": 200, "interval_method": "repeated confidence interval at the stop",
-            "alpha": 0.05, "method": METHOD, **fields}
+# Three policies on two tasks: the expert (the baseline), a shaky expert (strong action noise: worse on push,
+# decided before the cap; fewer discordant pairs on reach, undecided) and a steady one (faint noise: never
+# discordant, undecided at the cap).
+EXPERIMENT = f"""\
+name: decisions
+stopping:
+  wave: 2
+  max_episodes: {CAP}
+  compare: {{baseline: expert}}
+shared:
+  policy: {{type: metaworld_expert}}
+  rollout_limit: {{num_episodes: {CAP}}}
+runs:
+""" + "\n".join(run(task, policy, noise) for task in ("reach", "push")
+                for policy, noise in (("expert", None), ("shaky", 1.5), ("steady", 0.05))) + "\n"
 
 
-def add_decisions(out: Path) -> dict:
-    """S's `comparisons` and a Run's `stopping`, in the shape issue #25 fixes, beside the real Runs' result."""
+def add_constructed(out: Path) -> dict:
+    """The baseline is the best policy here, so a real run gives no `better`: one constructed `better` entry
+    (and one with a hostile policy name) beside the real comparisons, in the shape the real ones have."""
     path = out / "experiment_result.json"
     result = json.loads(path.read_text())
-    result["comparisons"] = [
-        comparison("reach", "strong", "better", stopped_at=30, pairs=30, discordant=12, policy_only=11,
-                   baseline_only=1, statistic=2.89, difference=0.333, interval=[0.081, 0.586]),
-        comparison("reach", "weak", "worse", stopped_at=50, pairs=50, discordant=15, policy_only=2, baseline_only=13,
-                   statistic=-2.84, difference=-0.22, interval=[-0.41, -0.03]),
-        comparison("push", "weak", "undecided", stopped_at=200, pairs=200, discordant=40, policy_only=17,
-                   baseline_only=23, statistic=-0.95, difference=-0.03, interval=[-0.11, 0.05]),
-        comparison("push", HOSTILE, "undecided", stopped_at=200, pairs=200, discordant=0, policy_only=0,
-                   baseline_only=0, statistic=0.0, difference=0.0, interval=[-0.02, 0.02]),
+    real = result["comparisons"][0]
+    shape = {k: real[k] for k in ("max_episodes", "interval_method", "alpha", "margin", "method")}
+    result["comparisons"] += [
+        {**shape, "task": "reach-v3", "policy": "bold", "baseline": "expert", "runs": ["reach_bold", "reach_expert"],
+         "verdict": "better", "stopped_at": 8, "pairs": 8, "discordant": 8, "policy_only": 8, "baseline_only": 0,
+         "statistic": 2.83, "difference": 1.0, "interval": [0.081, 1.0]},
+        {**shape, "task": "push-v3", "policy": HOSTILE, "baseline": "expert", "runs": ["push_x", "push_expert"],
+         "verdict": "undecided", "stopped_at": CAP, "pairs": CAP, "discordant": 0, "policy_only": 0,
+         "baseline_only": 0, "statistic": 0.0, "difference": 0.0, "interval": [-0.44, 0.44]},
     ]
-    result["runs"]["reach_strong"]["stopping"] = {"stopped_at": 30, "max_episodes": 200, "reason": "compare decided",
-                                                  "interval": [0.52, 0.93], "interval_method": CS}
     path.write_text(json.dumps(result))
     return result
+
+
+def points(x: float) -> str:
+    return f"{100 * x:+.1f}"
 
 
 def png_size(path: Path) -> tuple[int, int]:
@@ -71,13 +74,20 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 def test_report_shows_decisions_valid_intervals_and_ranking(chromium, tmp_path: Path):
+    experiment = tmp_path / "decisions.yaml"
+    experiment.write_text(EXPERIMENT)
     out = tmp_path / "out"
-    write_runs(out)
-    collect([str(out)], str(out))
-    result = add_decisions(out)
-    ranking = result["ranking"]  # made by collect from the records: the real ranking
-    assert [p["policy"] for p in ranking["policies"]] == ["strong", "middle", "weak"]
-    assert all(p["rank_interval"] == [p["rank"], p["rank"]] for p in ranking["policies"])
+    assert evalfleet.run(experiment, output=out, workers=2, progress=False).ok
+    comparisons = json.loads((out / "experiment_result.json").read_text())["comparisons"]
+    real = {(c["task"], c["policy"]): c for c in comparisons}
+    assert {k: c["verdict"] for k, c in real.items()} == {
+        ("push-v3", "shaky"): "worse", ("push-v3", "steady"): "undecided",
+        ("reach-v3", "shaky"): "undecided", ("reach-v3", "steady"): "undecided"}
+    worse = real[("push-v3", "shaky")]
+    assert worse["stopped_at"] < CAP and worse["interval"][1] < 0
+    result = add_constructed(out)
+    ranking = result["ranking"]  # made by collect from the real records
+    assert [p["policy"] for p in ranking["policies"]][-1] == "shaky"
     write_report(out)
     context, page, seen = open_report(chromium, out / "index.html")
     try:
@@ -86,35 +96,48 @@ def test_report_shows_decisions_valid_intervals_and_ranking(chromium, tmp_path: 
             "#decisions tbody tr", "rows => rows.map(r => [r.dataset.task, r.dataset.policy, r.dataset.verdict, "
             "Array.from(r.children).map(c => c.innerText.trim())])")
         by_key = {(task, policy): (verdict, cells) for task, policy, verdict, cells in rows}
-        verdict, cells = by_key[("reach", "strong")]
-        assert verdict == "better" and cells[1].startswith("strong vs middle") and cells[2] == "better"
-        assert cells[3] == "30 / 200" and cells[4] == "12 (11 / 1)"
-        assert cells[5].startswith("+33.3 points [+8.1, +58.6]")
-        assert "repeated confidence interval at the stop" in cells[5]
-        assert page.inner_text(".decisions-method") == f"Method: {METHOD}"  # one method: said once
-        verdict, cells = by_key[("reach", "weak")]
-        assert verdict == "worse" and cells[2] == "worse" and cells[5].startswith("-22.0 points [-41.0, -3.0]")
-        verdict, cells = by_key[("push", "weak")]
-        assert verdict == "undecided" and cells[3] == "200 / 200"
+        assert set(real) | {("reach-v3", "bold"), ("push-v3", HOSTILE)} == set(by_key)
+        verdict, cells = by_key[("push-v3", "shaky")]
+        assert verdict == "worse" and cells[1].startswith("shaky vs expert") and cells[2] == "worse"
+        assert cells[3] == f"{worse['stopped_at']} / {CAP}"
+        assert cells[4] == f"{worse['discordant']} ({worse['policy_only']} / {worse['baseline_only']})"
+        lo, hi = worse["interval"]
+        assert cells[5].startswith(f"{points(worse['difference'])} points [{points(lo)}, {points(hi)}]")
+        assert worse["interval_method"] in cells[5] and "anytime-valid" in cells[5]
+        assert page.inner_text(".decisions-method") == f"Method: {worse['method']}"  # one method: said once
+        verdict, cells = by_key[("reach-v3", "bold")]
+        assert verdict == "better" and cells[2] == "better" and cells[3] == f"8 / {CAP}"
+        # Undecided with discordant pairs: how many more episodes would likely decide it.
+        verdict, cells = by_key[("reach-v3", "shaky")]
+        assert verdict == "undecided" and cells[3] == f"{CAP} / {CAP}" and real[("reach-v3", "shaky")]["discordant"]
         more = cells[2].splitlines()[-1]
         assert more.startswith("≈ ") and more.endswith(" more episodes would likely decide it")
         assert int(more.split()[1]) > 0
         # No discordance: nothing to estimate from, said as a dash; the hostile name is text, never run.
-        verdict, cells = by_key[("push", HOSTILE)]
+        verdict, cells = by_key[("push-v3", "steady")]
+        assert verdict == "undecided" and cells[2].splitlines()[-1] == "—"
+        verdict, cells = by_key[("push-v3", HOSTILE)]
         assert cells[1].startswith(HOSTILE) and cells[2].splitlines()[-1] == "—"
         assert page.evaluate("typeof window.pwned") == "undefined"
 
-        # The stopping Run's rate carries its confidence sequence, labelled; the others say Wilson.
-        stopped = page.inner_text("#summary tr[data-run='reach_strong'] td.rate-cell")
-        assert "[52.0–93.0]" in stopped and "stopped at 30 / 200: compare decided" in stopped and CS in stopped
-        fixed = page.inner_text("#summary tr[data-run='reach_middle'] td.rate-cell")
-        assert "Wilson" in fixed and "confidence sequence" not in fixed
+        # Every stopping Run's rate carries its confidence sequence, labelled, and where it stopped.
+        stop = result["runs"]["push_shaky"]["stopping"]
+        stopped = page.inner_text("#summary tr[data-run='push_shaky'] td.rate-cell")
+        lo, hi = stop["interval"]
+        assert f"[{100 * lo:.1f}–{100 * hi:.1f}]" in stopped and CS in stopped
+        assert f"stopped at {worse['stopped_at']} / " in stopped and stop["reason"] in stopped
+        capped = page.inner_text("#summary tr[data-run='push_expert'] td.rate-cell")
+        assert f"stopped at {CAP} / {CAP}" in capped and CS in capped
 
         ranks = page.eval_on_selector_all(
             "#ranking tbody tr", "rows => rows.map(r => [r.dataset.policy, r.querySelector('.rank').innerText, "
             "r.querySelector('.strength').innerText, r.querySelector('.mean-success').innerText, "
             "r.querySelector('svg.strength-bar') !== null])")
-        assert [(p, rank) for p, rank, *_ in ranks] == [("strong", "1"), ("middle", "2"), ("weak", "3")]
+        assert [(p, rank.splitlines()[0]) for p, rank, *_ in ranks] == [(p["policy"], str(p["rank"]))
+                                                                        for p in ranking["policies"]]
+        for (_, rank, *_), entry in zip(ranks, ranking["policies"]):  # expert and steady tie: ranks 1-2
+            lo, hi = entry["rank_interval"]
+            assert (f"ranks {lo}–{hi}" in rank) == (lo != hi)
         for (policy, _, strength, mean, has_bar), entry in zip(ranks, ranking["policies"]):
             lo, hi = entry["interval"]
             assert strength == f"{entry['strength']:.2f} [{lo:.2f}, {hi:.2f}]" and has_bar
