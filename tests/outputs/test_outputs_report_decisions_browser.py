@@ -125,7 +125,7 @@ def test_report_shows_decisions_valid_intervals_and_ranking(chromium, tmp_path: 
         stopped = page.inner_text("#summary tr[data-run='push_shaky'] td.rate-cell")
         lo, hi = stop["interval"]
         assert f"[{100 * lo:.1f}–{100 * hi:.1f}]" in stopped and CS in stopped
-        assert f"stopped at {worse['stopped_at']} / " in stopped and stop["reason"] in stopped
+        assert f"stopped at {worse['stopped_at']} / {CAP}" in stopped and stop["reason"] in stopped
         capped = page.inner_text("#summary tr[data-run='push_expert'] td.rate-cell")
         assert f"stopped at {CAP} / {CAP}" in capped and CS in capped
 

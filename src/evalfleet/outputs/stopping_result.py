@@ -39,7 +39,9 @@ def add_stopping(result: dict[str, Any], named: dict[str, Any], shared: dict[str
         outcomes[name] = found
     current = state(rules, pairs, outcomes)
     out = copy.copy(result)
-    out["runs"] = {name: ({**entry, "stopping": run_entry(current.runs[name])} if name in current.runs else entry)
+    caps = {name: run.stopping.max_episodes for name, run in experiment.runs.items() if run.stopping is not None}
+    out["runs"] = {name: ({**entry, "stopping": {**run_entry(current.runs[name]), "max_episodes": caps[name]}}
+                          if name in current.runs else entry)
                    for name, entry in result.get("runs", {}).items()}
     out["comparisons"] = [comparison_entry(p) for p in current.pairs]
     return out
