@@ -79,3 +79,19 @@ def test_two_runs_with_one_policy_on_a_task_are_refused(tmp_path: Path) -> None:
     with pytest.raises(UserError) as exc:
         load_experiment(path)
     assert exc.value.key == "runs.noisy2.policy_name" and "both run policy 'noisy'" in exc.value.message
+
+
+def test_stopping_takes_command_line_overrides_and_the_cli_refuses_bad_ones(tmp_path: Path, capsys) -> None:
+    from evalfleet.cli import main
+
+    path = write(tmp_path, doc())
+    loaded = load_experiment(path, ["stopping.max_episodes=10", "stopping.compare.alpha=0.01"])
+    assert {n: r.stopping.max_episodes for n, r in loaded.experiment.runs.items()} == {"expert": 10, "noisy": 10}
+    assert loaded.experiment.runs["noisy"].stopping.compare.alpha == 0.01
+    out = tmp_path / "out"
+    for override, key in [("stopping.wave=50", "stopping.max_episodes"), ("stopping.wave=0", "stopping.wave"),
+                          ("stopping=[1, 2]", "stopping")]:
+        assert main(["run", str(path), override, "--output", str(out), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert f"override '{override}': {key}:" in err, err
+        assert not out.exists()

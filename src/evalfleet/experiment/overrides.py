@@ -13,7 +13,7 @@ from evalfleet.experiment.safe_yaml import MAX_DEPTH, parse_yaml
 
 WHERE = "command line"
 PREFIX_ALIASES = ("experiment_cfg.",)
-EXPERIMENT_ROOTS = ("runs", "shared", "seed", "name", "server_sharing")
+EXPERIMENT_ROOTS = ("runs", "shared", "stopping", "seed", "name", "server_sharing")
 # Backend settings live under their own prefix; backends validate them (see execution/settings.py).
 BACKEND_ROOTS = ("osmo", "ray", "local", "experiment_runner", "slurm")  # experiment_runner: Arena's runner task
 
@@ -49,7 +49,7 @@ def parse_override(text: str) -> Override:
     if any(not part for part in path):
         raise UserError(f"override {text!r} has an empty key segment", where=WHERE)
     if path[0] not in EXPERIMENT_ROOTS + BACKEND_ROOTS:
-        roots = ", ".join(f"{r}." for r in EXPERIMENT_ROOTS[:2] + BACKEND_ROOTS) + ", seed, name"
+        roots = ", ".join(f"{r}." for r in EXPERIMENT_ROOTS[:3] + BACKEND_ROOTS) + ", seed, name"
         raise UserError(f"override {text!r}: unknown key {path[0]!r}; keys start with {roots}", where=WHERE)
     if path[0] in ("seed", "name", "server_sharing") and len(path) != 1:
         raise UserError(f"override {text!r}: {path[0]} has no sub-keys", where=WHERE)
