@@ -6,6 +6,9 @@ OUT/
   experiment_result.json     RESULT_FILE
   index.html                 REPORT_FILE
   plots/                     PLOTS_DIR
+  experiment_metadata.json   METADATA_FILE: status (starting → running → finished | interrupted | failed), git, hashes
+  experiment_manifest.json   MANIFEST_FILE: each Run's task/policy labels and where they came from
+  timings.json               TIMINGS_FILE: per Run and phase, merged from the shards' files by collect
   .evalfleet/                INTERNAL_DIR: worker logs, heartbeats and status files, claims, the wired Experiment
   <run>/                     run_dir(out, run): a Run folder
     episode_results.jsonl    RECORDS_FILE: the collected records, one line per episode
@@ -13,10 +16,13 @@ OUT/
     run_status.json          STATUS_FILE
     videos/<camera>/...      VIDEOS_DIR
     server.log               SERVER_LOG: the Run's policy server, when evalfleet started one
+    timings/<shard>-...json  RUN_TIMINGS_DIR: one worker's phase timings of one shard (timings_path)
 ```
 
 Isaac Lab Arena's own names are read beside these: `episode_results_rebuild<R>.jsonl` (or `_rank<N>`),
-`experiment_runner_result.json`, `arena_attempts/attempt-<NNN>`. Names and paths only: reading a Run folder's
+`experiment_runner_result.json`, `arena_attempts/attempt-<NNN>`, `arena_experiment_metadata.json`,
+`experiment_manifest.json` (the same name as evalfleet's) and `arena_experiment_timings.json` (at the root and in
+each Run folder). Names and paths only: reading a Run folder's
 files is `rollout.run_folder`'s work (for `outputs.collect` and `analysis.loading`).
 """
 
@@ -31,6 +37,9 @@ RESULT_FILE = "experiment_result.json"
 REPORT_FILE = "index.html"
 PLOTS_DIR = "plots"
 INTERNAL_DIR = ".evalfleet"
+METADATA_FILE = "experiment_metadata.json"
+MANIFEST_FILE = "experiment_manifest.json"
+TIMINGS_FILE = "timings.json"
 
 # --- a Run folder --------------------------------------------------------------------------------------
 RECORDS_FILE = "episode_results.jsonl"
@@ -40,6 +49,7 @@ PARTS_DIR = "parts"
 STATUS_FILE = "run_status.json"
 VIDEOS_DIR = "videos"
 SERVER_LOG = "server.log"
+RUN_TIMINGS_DIR = "timings"
 
 # --- inside INTERNAL_DIR -------------------------------------------------------------------------------
 WIRED_EXPERIMENT_FILE = "experiment.wired.yaml"  # experiment.yaml wired to this invocation's server ports
@@ -55,6 +65,9 @@ ARENA_VIDEO = re.compile(
 ARENA_RESULT_FILE = "experiment_runner_result.json"  # what Arena's collector reads in a runner's output
 ARENA_ATTEMPTS_DIR = "arena_attempts"  # {{output}}/arena_attempts/attempt-<NNN>: one Arena output per attempt
 ARENA_ATTEMPT_FOLDER = "attempt-{attempt:03d}"  # zero-padded: collect reads the attempts in name order = launch order
+ARENA_METADATA_FILE = "arena_experiment_metadata.json"  # at Arena's output root
+ARENA_MANIFEST_FILE = MANIFEST_FILE  # Arena's experiment_manifest.json: the same name, its own schema
+ARENA_TIMINGS_FILE = "arena_experiment_timings.json"  # per Run (a list of timers), and at the root (totals, runs)
 
 
 def run_dir(out: Path, run: str) -> Path:
@@ -80,6 +93,11 @@ def run_status_path(out: Path, run: str) -> Path:
 
 def server_log_path(out: Path, run: str) -> Path:
     return out / run / SERVER_LOG
+
+
+def timings_path(out: Path, run: str, shard_id: str, worker: str) -> Path:
+    """OUT/<run>/timings/<shard>-<worker>.json: one worker's phase timings of one shard (collect merges them)."""
+    return out / run / RUN_TIMINGS_DIR / f"{shard_id}-{worker}.json"
 
 
 def internal_dir(out: Path) -> Path:

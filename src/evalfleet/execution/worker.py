@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from evalfleet.experiment.validation import require_executable
 from evalfleet.interpreter import drop_working_folder
 from evalfleet.rollout.heartbeat import HEARTBEAT_ENV, HeartbeatWriter
 from evalfleet.rollout.runner import run_shards
+from evalfleet.rollout.timings import record_worker_start
 
 EXIT_STOPPED = 143
 SPEC_MISMATCH = "spec_mismatch"
@@ -60,6 +62,7 @@ def run_worker(experiment: str, output: str | Path, *, overrides: list[str] = ()
                runs: list[str] = (), heartbeat: str | None = None, claim_dir: str | None = None,
                worker_id: str = "0") -> int:
     """Run the given shards (RUN:START:STOP), every shard of `runs`, or every shard; 0 done, 143 stopped."""
+    started = time.perf_counter()
     drop_working_folder()  # what an Experiment's `import:` names comes from installed modules, never from here
     loaded = load_experiment(experiment, list(overrides))
     require_executable(loaded.experiment.runs, experiment)
@@ -85,6 +88,7 @@ def run_worker(experiment: str, output: str | Path, *, overrides: list[str] = ()
         from evalfleet.execution.local import claim_shards
 
         chosen = claim_shards(chosen, Path(claim_dir), str(worker_id))
+    record_worker_start(time.perf_counter() - started)  # loading and planning: the timings' `start` phase
     outcomes = run_shards(plan.runs, chosen, Path(output), heartbeat=beat, stop=stop)
     report_spec_mismatches(Path(output), outcomes)
     if stop.is_set():

@@ -30,9 +30,10 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from evalfleet.experiment.plan import EpisodeSpec, RunPlan, Shard
-from evalfleet.layout import part_path, parts_dir, records_path
+from evalfleet.layout import part_path, parts_dir, records_path, timings_path
 from evalfleet.rollout.heartbeat import HeartbeatWriter
 from evalfleet.rollout.records import EpisodeRecord, RecordWriter, RunScope, read_run_records
+from evalfleet.rollout.timings import PhaseTimings, worker_name
 from evalfleet.rollout.video import EpisodeVideo, should_record
 from evalfleet.sim.base import with_defaults
 
@@ -136,6 +137,8 @@ class ShardRunner:
         self.on_record = on_record
         self._envs: list[Any] = []
         self._policy: Any = None
+        self.timings = PhaseTimings()  # aggregated in memory, written once per shard (rollout/timings.py)
+        self._built_at: float | None = None  # perf_counter when the envs were built, until the first record
 
     # -- what to run ---------------------------------------------------------------------------
     def _pending(self, shard: Shard) -> collections.deque:
@@ -156,10 +159,12 @@ class ShardRunner:
     # -- running -------------------------------------------------------------------------------
     def _ensure_instances(self, n: int) -> None:
         while len(self._envs) < n:
-            # Every optional member of the Environment protocol readable, declared or not.
-            self._envs.append(with_defaults(self.make_env()))
+            self._built_at = self._built_at or time.perf_counter()
+            with self.timings.phase("env_build"):  # every optional member of the protocol readable, declared or not
+                self._envs.append(with_defaults(self.make_env()))
         if self._policy is None:
-            self._policy = self.make_policy()
+            with self.timings.phase("policy_connect"):
+                self._policy = self.make_policy()
 
     def run_shard(self, shard: Shard) -> ShardOutcome:
         """Every episode of the shard that is not decided yet (or, for a `num_steps` Run, new episodes until its
@@ -176,6 +181,8 @@ class ShardRunner:
             progress.outcome.stopped = self.stop.is_set()
         finally:
             progress.writer.close()
+            self.timings.flush(timings_path(self.out_dir, self.plan.name, shard.id, worker_name()),
+                               run=self.plan.name, shard=shard.id)
         return progress.outcome
 
     def _todo(self, shard: Shard) -> tuple[collections.deque, int | None, int]:
@@ -218,9 +225,11 @@ class ShardRunner:
             return 0
         action = self._checked_action(slot, slot.queue.popleft())  # SpecMismatchError: the Run stops
         try:
-            result = slot.env.step(action)
+            with self.timings.phase("sim_step"):
+                result = slot.env.step(action)
             if slot.video is not None:
-                slot.video.add(slot.env, result.observation)
+                with self.timings.phase("render"):
+                    slot.video.add(slot.env, result.observation)
         except Exception as exc:  # noqa: BLE001 - an environment's error is this episode's error record
             self._finish(slot, progress, error=_describe(exc))
             self._start(slot, progress)
@@ -257,8 +266,9 @@ class ShardRunner:
                 # A replayed condition set gives the initial state it was exported with.
                 start = spec.index if spec.initial_state is None else spec.initial_state
                 by_index = {"episode": start} if slot.env.reset_takes_episode else {}
-                slot.observation = slot.env.reset(spec.seed, spec.variations, **by_index)
-                self._policy.reset(spec.seed, slot.env_id)
+                with self.timings.phase("reset"):
+                    slot.observation = slot.env.reset(spec.seed, spec.variations, **by_index)
+                    self._policy.reset(spec.seed, slot.env_id)
                 if should_record(recording, spec.index):
                     slot.video = EpisodeVideo(self.out_dir / self.plan.name, spec.index, recording,
                                               slot.env.control_hz)
@@ -299,7 +309,11 @@ class ShardRunner:
             progress=None if error else slot.progress,
             policy_provenance=getattr(self._policy, "provenance", None),
         )
-        progress.writer.append(record)
+        with self.timings.phase("write"):
+            progress.writer.append(record)
+        if self._built_at is not None:  # a Run's first record: from its envs' build to here
+            self.timings.add("first_episode", time.perf_counter() - self._built_at)
+            self._built_at = None
         progress.recorded(slot, error, retry=slot.attempt < self.run.max_attempts)
         self.heartbeat.advance(episodes=1)
         if self.on_record:
@@ -356,6 +370,7 @@ class ShardRunner:
         t0 = time.perf_counter()
         actions = self._policy.act_batch([s.observation for s in slots], [s.env_id for s in slots])
         elapsed = time.perf_counter() - t0
+        self.timings.add("policy", elapsed)
         if len(actions) != len(slots):
             raise RuntimeError(f"policy returned {len(actions)} actions for {len(slots)} observations")
         for slot, action in zip(slots, actions):
