@@ -12,7 +12,11 @@ on the exact binomial of the discordant pairs, conditional on their counts:
 - the type-I error is spent over the looks with a Lan-DeMets spending function of the information fraction
   t_k = episodes_k / max_episodes (Lan & DeMets 1983, Biometrika 70:659): O'Brien-Fleming-type
   alpha(t) = 2 - 2 Phi(z_{1-alpha/2} / sqrt(t)) (the default: almost no power lost against the fixed-N
-  exact McNemar test at the cap) or Pocock-type alpha log(1 + (e - 1) t) (stops earlier, loses more power);
+  exact McNemar test at the cap), Pocock-type alpha log(1 + (e - 1) t) (stops earlier, loses more power), or
+  the Hwang-Shih-DeCani family alpha (1 - e^{-gamma t}) / (1 - e^{-gamma}) between them (Hwang, Shih & DeCani
+  1990, Stat. Med. 9:1439; Jennison & Turnbull 2000, ch. 7.3: gamma -4 is close to O'Brien-Fleming, 1 to Pocock;
+  default gamma -3, the value that keeps power within Monte-Carlo error of fixed N while stopping sooner:
+  bench/sequential.py, docs/statistics.md);
 - at look k the critical region is the most extreme set {|2C - n_k| >= d} (C: A-only pairs, n_k: discordant
   pairs) whose exact probability under H0, on the paths not stopped before, is at most alpha(t_k) minus what
   the earlier looks actually spent (the recursion of Armitage, McPherson & Rowe 1969 on the binomial walk).
@@ -62,7 +66,35 @@ def pocock(alpha: float) -> Callable[[float], float]:
     return lambda t: alpha * math.log(1 + (math.e - 1) * min(max(t, 0.0), 1.0))
 
 
-SPENDING = {"obrien_fleming": obrien_fleming, "pocock": pocock}
+HSD_GAMMA = -3.0  # Hwang-Shih-DeCani's default parameter (module doc)
+
+
+def hwang_shih_decani(alpha: float, gamma: float = HSD_GAMMA) -> Callable[[float], float]:
+    """Hwang-Shih-DeCani spending alpha (1 - e^{-gamma t}) / (1 - e^{-gamma}); gamma 0: alpha t."""
+    if not math.isfinite(gamma):
+        raise ValueError("gamma must be a finite number")
+    if gamma == 0:
+        return lambda t: alpha * min(max(t, 0.0), 1.0)
+    return lambda t: alpha * math.expm1(-gamma * min(max(t, 0.0), 1.0)) / math.expm1(-gamma)
+
+
+SPENDING = {"obrien_fleming": obrien_fleming, "pocock": pocock, "hwang_shih_decani": hwang_shih_decani}
+
+
+def spending_function(spending: str, alpha: float, gamma: float | None = None) -> Callable[[float], float]:
+    """The spending function by name; `gamma` only for hwang_shih_decani (None: HSD_GAMMA)."""
+    if spending == "hwang_shih_decani":
+        return hwang_shih_decani(alpha, HSD_GAMMA if gamma is None else gamma)
+    if gamma is not None:
+        raise ValueError(f"gamma is a parameter of hwang_shih_decani spending, not of {spending}")
+    return SPENDING[spending](alpha)
+
+
+def spending_label(spending: str, gamma: float | None = None) -> str:
+    """How a method string names the spending: O'Brien-Fleming, Pocock, Hwang-Shih-DeCani (gamma -3)."""
+    if spending == "hwang_shih_decani":
+        return f"Hwang-Shih-DeCani (gamma {HSD_GAMMA if gamma is None else gamma:g})"
+    return {"obrien_fleming": "O'Brien-Fleming", "pocock": "Pocock"}.get(spending, spending)
 
 
 def looks(wave: int, max_episodes: int) -> list[int]:
@@ -94,7 +126,7 @@ def _pmf_table(m_max: int) -> np.ndarray:
 
 
 def decide_many(c: np.ndarray, n: np.ndarray, fractions: Sequence[float], alpha: float = 0.05,
-                spending: str = "obrien_fleming") -> tuple[np.ndarray, np.ndarray]:
+                spending: str = "obrien_fleming", gamma: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The design on many comparisons at once. c, n: (reps, K) cumulative A-only and discordant counts at the K
     looks; fractions: information fraction of each look (the last 1.0 for the cap). Returns (look index of the
     rejection, -1 if none; sign +1 better / -1 worse / 0)."""
@@ -103,7 +135,7 @@ def decide_many(c: np.ndarray, n: np.ndarray, fractions: Sequence[float], alpha:
     reps, k_looks = n.shape
     if c.shape != n.shape or len(fractions) != k_looks:
         raise ValueError("c, n and fractions must agree in shape")
-    spend = SPENDING[spending](alpha)
+    spend = spending_function(spending, alpha, gamma)
     n_max = int(n.max()) if n.size else 0
     steps = np.diff(np.concatenate([np.zeros((reps, 1), np.int64), n], axis=1), axis=1)
     if (steps < 0).any() or (c < 0).any() or (c > n).any():
@@ -156,7 +188,7 @@ def _counts(pairs_a: Sequence[int], pairs_b: Sequence[int], at: list[int]) -> tu
 
 
 def decide(pairs_a: Sequence[int], pairs_b: Sequence[int], wave: int, max_episodes: int, alpha: float = 0.05,
-           spending: str = "obrien_fleming") -> Decision:
+           spending: str = "obrien_fleming", gamma: float | None = None) -> Decision:
     """Policy A (`pairs_a[i]`: success of its episode i) against baseline B (same seeds, `pairs_b[i]`), decided
     at the looks every `wave` episodes up to `max_episodes` that the outcomes reach; episodes past the last
     reached look are not used. Two-sided, type-I error <= alpha over all looks."""
@@ -164,12 +196,14 @@ def decide(pairs_a: Sequence[int], pairs_b: Sequence[int], wave: int, max_episod
         raise ValueError("alpha must lie strictly between 0 and 1")
     all_looks = looks(wave, max_episodes)
     reached = [x for x in all_looks if x <= len(pairs_a)]
-    method = METHOD.format(spending=spending.replace("_", "-"))
+    spending_function(spending, alpha, gamma)  # refuses an unknown name or a stray gamma before any work
+    name = spending.replace("_", "-")
+    method = METHOD.format(spending=name if spending != "hwang_shih_decani" else spending_label(spending, gamma))
     if not reached:
         return Decision("continue", None, 0.0, method)
     c, b = _counts(pairs_a[:max_episodes], pairs_b[:max_episodes], reached)
     fractions = [x / max_episodes for x in reached]
-    stop, sign = decide_many(c[None, :], (c + b)[None, :], fractions, alpha, spending)
+    stop, sign = decide_many(c[None, :], (c + b)[None, :], fractions, alpha, spending, gamma)
     k = int(stop[0]) if stop[0] >= 0 else len(reached) - 1
     disc = int(c[k] + b[k])
     stat = float((c[k] - b[k]) / math.sqrt(disc)) if disc else 0.0
@@ -182,7 +216,8 @@ def decide(pairs_a: Sequence[int], pairs_b: Sequence[int], wave: int, max_episod
 
 
 def decide_family(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], wave: int, max_episodes: int,
-                  alpha: float = 0.05, spending: str = "obrien_fleming") -> list[Decision]:
+                  alpha: float = 0.05, spending: str = "obrien_fleming", gamma: float | None = None
+                  ) -> list[Decision]:
     """Several comparisons [(pairs_a, pairs_b), ...] with the family-wise error <= alpha: sequential Holm
     (step-down: with l rejected, the rest at alpha / (m - l), until nothing new is rejected)."""
     m = len(pairs)
@@ -190,7 +225,8 @@ def decide_family(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], wave: in
     rejected = 0
     while True:
         level = alpha / (m - rejected) if m > rejected else alpha
-        current = [decisions[i] or decide(a, b, wave, max_episodes, level, spending) for i, (a, b) in enumerate(pairs)]
+        current = [decisions[i] or decide(a, b, wave, max_episodes, level, spending, gamma)
+                   for i, (a, b) in enumerate(pairs)]
         new = [i for i, d in enumerate(current) if decisions[i] is None and d.verdict in ("better", "worse")]
         for i in new:
             decisions[i] = current[i]

@@ -24,7 +24,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from evalfleet.analysis.sequential import decide, rate_confidence_sequence
+from evalfleet.analysis.sequential import decide, rate_confidence_sequence, spending_label
 from evalfleet.experiment.schema import Experiment
 from evalfleet.experiment.stopping import comparisons
 
@@ -52,6 +52,7 @@ class PairRule:
     alpha: float = 0.05
     spending: str = "obrien_fleming"
     margin: float | None = None
+    gamma: float | None = None  # hwang_shih_decani's parameter (None: its default)
 
 
 @dataclass
@@ -150,7 +151,7 @@ def state(rules: Sequence[RunRule], pair_rules: Sequence[PairRule],
     index → 1 / 0 / None, an index present only when it has a record)."""
     families: dict[tuple, list[int]] = {}
     for i, p in enumerate(pair_rules):
-        families.setdefault((p.baseline, p.alpha, p.spending), []).append(i)
+        families.setdefault((p.baseline, p.alpha, p.spending, p.gamma), []).append(i)
     pairs = [PairState(p) for p in pair_rules]
     for members in families.values():
         for i in members:
@@ -196,7 +197,7 @@ def _decide_family(pairs: list[PairState], members: list[int], look: Mapping[str
             n = look[rule.run]
             a, b = outcomes.get(rule.run, {}), outcomes.get(rule.baseline_run, {})
             xs, ys = _pair_arrays(a, b, n)
-            d = decide(xs, ys, rule.wave, rule.cap, rule.alpha / (m - rejected), rule.spending)
+            d = decide(xs, ys, rule.wave, rule.cap, rule.alpha / (m - rejected), rule.spending, rule.gamma)
             if d.verdict in ("better", "worse"):
                 p.verdict = d.verdict
                 new.append(i)
@@ -251,7 +252,6 @@ def _maybe_stop(rule: RunRule, run: RunState, look: int, pairs: list[PairState],
     run.need = look if run.stopped_at is not None else run.need
 
 
-SPENDING_NAMES = {"obrien_fleming": "O'Brien-Fleming", "pocock": "Pocock"}
 
 
 def comparison_entry(p: PairState) -> dict:
@@ -265,8 +265,8 @@ def comparison_entry(p: PairState) -> dict:
         "statistic": round(p.statistic, 4), "difference": round((c - b) / n, 4) if n else 0.0,
         "interval": [round(p.interval[0], 4), round(p.interval[1], 4)],
         "interval_method": interval_method(rule.alpha, p.family_size), "alpha": rule.alpha, "margin": rule.margin,
-        "method": f"group-sequential exact binomial on discordant pairs, Lan-DeMets {SPENDING_NAMES[rule.spending]} "
-                  f"spending; {holm}",
+        "method": "group-sequential exact binomial on discordant pairs, Lan-DeMets "
+                  f"{spending_label(rule.spending, rule.gamma)} spending; {holm}",
     }
 
 
@@ -296,5 +296,6 @@ def rules_of(experiment: Experiment) -> tuple[list[RunRule], list[PairRule]]:
     for c in comparisons(experiment):
         rule = runs[c.run].stopping
         pairs.append(PairRule(c.task, c.policy, c.baseline, c.run, c.baseline_run, rule.wave, rule.max_episodes,
-                              rule.compare.alpha, rule.compare.spending, rule.compare.margin))
+                              rule.compare.alpha, rule.compare.spending, rule.compare.margin,
+                              rule.compare.gamma))
     return rules, pairs

@@ -207,9 +207,20 @@ class Compare(Strict):
 
     baseline: str = Field(min_length=1, max_length=MAX_TAG)  # a policy tag (`Run.policy_tag()`) on the same task
     alpha: float = Field(default=0.05, gt=0, lt=0.5, allow_inf_nan=False)
-    spending: Literal["obrien_fleming", "pocock"] = "obrien_fleming"
+    spending: Literal["obrien_fleming", "pocock", "hwang_shih_decani"] = "obrien_fleming"
     # An equivalence margin: `no_difference` once the difference's valid interval lies inside (-margin, +margin).
     margin: float | None = Field(default=None, gt=0, lt=1, allow_inf_nan=False)
+    # hwang_shih_decani's parameter (docs/statistics.md): -4 is near O'Brien-Fleming, 1 near Pocock; None: -3.
+    gamma: float | None = Field(default=None, ge=-10, le=5, allow_inf_nan=False)
+
+    @field_validator("gamma")
+    @classmethod
+    def gamma_only_for_hsd(cls, v: float | None, info) -> float | None:
+        spending = info.data.get("spending", "obrien_fleming")
+        if v is not None and spending != "hwang_shih_decani":
+            raise ValueError(f"gamma is a parameter of spending: hwang_shih_decani, not of {spending}; "
+                             "remove gamma or set spending: hwang_shih_decani")
+        return v
 
 
 class Stopping(Strict):
