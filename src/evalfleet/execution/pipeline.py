@@ -17,6 +17,7 @@ from typing import Callable, Iterable
 
 from evalfleet.errors import UserError
 from evalfleet.execution.backends import Backend, ExecutionJob, WorkerResult, get_backend
+from evalfleet.execution.run_metadata import recorded
 from evalfleet.execution.output_dir import default_output, output_folder, prepare_output, write_run_status
 from evalfleet.execution.standby import EvalfleetMain
 from evalfleet.execution.watchdog import WatchdogConfig
@@ -69,10 +70,12 @@ def run(experiment: str | os.PathLike[str] | LoadedExperiment, *, overrides: Ite
     loaded = load(experiment, overrides)
     chosen = get_backend(backend, workers=workers, address=ray_address)
     out = prepare(loaded, chosen, output, resume=resume, shard_size=shard_size)
-    plan, results = execute(loaded, out, chosen, shard_size=shard_size, watchdog=watchdog, progress=progress,
-                            log=log, fork_runners=fork_runners)
-    finish_runs(plan, out, results)
-    return finalize_output(loaded, out)
+    with recorded(out, loaded, backend=chosen.name, resume=resume) as metadata:  # experiment_metadata.json
+        metadata.running()
+        plan, results = execute(loaded, out, chosen, shard_size=shard_size, watchdog=watchdog, progress=progress,
+                                log=log, fork_runners=fork_runners)
+        finish_runs(plan, out, results)
+        return finalize_output(loaded, out)
 
 
 def prepare(loaded: LoadedExperiment, backend: Backend, output: str | os.PathLike[str] | None, *, resume: bool,

@@ -29,6 +29,7 @@ from evalfleet.feedback import is_long, track
 from evalfleet.layout import (EXPERIMENT_FILE, PARTS_DIR, PLOTS_DIR, RECORDS_FILE, REPORT_FILE, RESULT_FILE,
                               STATUS_FILE, VIDEOS_DIR)
 from evalfleet.outputs.report import render_report
+from evalfleet.outputs.run_facts import Stopwatch, collect_facts
 from evalfleet.outputs.storage import Location, check_endpoint, is_url, open_location
 from evalfleet.secrets import mask_url
 from evalfleet.outputs.stopping_result import add_stopping
@@ -216,6 +217,7 @@ def collect_runs(sources: list[str], output: str, *, endpoint_url: str | None = 
 
 
 def _collect(sources: list[str], output: str, *, endpoint_url: str | None, report: bool) -> Collected:
+    watch = Stopwatch()
     dest = open_location(output, endpoint_url=endpoint_url, role="output")
     locations = []
     for src in sources:
@@ -253,6 +255,7 @@ def _collect(sources: list[str], output: str, *, endpoint_url: str | None, repor
     result = build_result(summaries, provenance(experiment_bytes, sources=[_safe_url(s) for s in sources]),
                           skipped=skipped_files(locations), records={r.name: r.records for r in runs})
     result = add_stopping(result, named, shared, {r.name: r.records for r in runs})  # sequential decisions
+    result.update(collect_facts(locations, runs, dest, collect_s=watch.seconds()))  # metadata, manifest, timings
     dest.write_bytes(RESULT_FILE, (json.dumps(result, indent=2, sort_keys=False) + "\n").encode())
     collected = Collected(result, runs, dest)
     if report:

@@ -1,0 +1,213 @@
+"""OUT/experiment_metadata.json and OUT/experiment_manifest.json: what a run of evalfleet was, written as it goes.
+
+The metadata's `status` goes starting → running → finished | interrupted | failed, each change written atomically;
+a run killed outright (SIGKILL) leaves `running`, and the next `--resume` of the folder records that attempt as
+`interrupted` in `previous` before starting its own. `git` is the checkout evalfleet itself runs from (its
+commit and whether it has uncommitted changes; null outside git, never a failure), `experiment_git` the
+Experiment file's, when that lies in another checkout. `config_sha256` hashes OUT/experiment.yaml (the resolved
+Experiment, secrets as variable names); the command line is written with secrets masked. The manifest lists each
+Run's task and policy labels and their source: `configured` (the Run names it), `derived` (from its environment's
+task option or its policy type), `inferred` (from the environment type's name).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from evalfleet import __version__
+from evalfleet.execution.output_dir import write_atomic
+from evalfleet.experiment.loading import LoadedExperiment
+from evalfleet.experiment.plan import run_plan
+from evalfleet.layout import EXPERIMENT_FILE, MANIFEST_FILE, METADATA_FILE, RESULT_FILE
+from evalfleet.outputs.summary import package_versions
+from evalfleet.secrets import looks_secret, mask_text, mask_url
+
+SCHEMA = "evalfleet.experiment_metadata/1"
+MANIFEST_SCHEMA = "evalfleet.experiment_manifest/1"
+UNFINISHED = ("starting", "running")
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def git_state(folder: Path) -> dict[str, Any] | None:
+    """{commit, dirty, root} of the git checkout holding `folder`; None outside git or without git."""
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=10,
+                                  check=False)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if not commit:
+        return None
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": None if status is None else bool(status), "root": git("rev-parse",
+                                                                                               "--show-toplevel")}
+
+
+def masked_command(argv: list[str], secrets: dict[str, str]) -> list[str]:
+    """The command line with secrets masked: a `key=value` override or `--flag value` whose key looks secret, every
+    secret value the Experiment holds, credentials in URLs."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append("***")
+            hide_next = False
+            continue
+        key, eq, _ = arg.partition("=")
+        name = key.lstrip("-").replace("-", "_").rsplit(".", 1)[-1]
+        if looks_secret(name) and eq:
+            out.append(f"{key}=***")
+        elif looks_secret(name) and arg.startswith("--"):
+            out.append(arg)
+            hide_next = True
+        else:
+            out.append(mask_url(mask_text(arg, secrets.values())))
+    return out
+
+
+def run_entries(loaded: LoadedExperiment) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Each Run's resolved seed and variations (metadata), and its manifest entry (labels and their source)."""
+    runs, manifest = {}, []
+    for name, run in loaded.experiment.runs.items():
+        rp = run_plan(name, run, loaded.experiment.seed)
+        options = run.environment.options()
+        task_source = ("configured" if run.task else "derived" if any(
+            isinstance(options.get(k), (str, int)) and not isinstance(options.get(k), bool)
+            for k in ("task", "task_name", "env_name")) else "inferred")
+        builder = run.environment_builder
+        runs[name] = {"seed": rp.base_seed, "placement_seed": getattr(builder, "placement_seed", None),
+                      "num_envs": builder.num_envs, "num_episodes": run.rollout_limit.num_episodes,
+                      "num_steps": run.rollout_limit.num_steps,
+                      "variations": {k: v.model_dump(exclude_none=True) for k, v in run.variations.items()}}
+        manifest.append({"name": name, "task": rp.task, "policy": rp.policy,
+                         "label_source": {"task": task_source,
+                                          "policy": "configured" if run.policy_name else "derived"},
+                         "environment": run.environment.type, "policy_type": run.policy.type,
+                         "num_episodes": run.rollout_limit.num_episodes, "num_envs": builder.num_envs})
+    return runs, manifest
+
+
+class RunMetadata:
+    """The metadata of one invocation on one output folder; `set_status` rewrites the file."""
+
+    def __init__(self, out: Path, loaded: LoadedExperiment, *, backend: str, resume: bool,
+                 argv: list[str] | None = None):
+        self.path = out / METADATA_FILE
+        previous: list[Any] = []
+        if resume:
+            try:
+                before = json.loads(self.path.read_text())
+            except (OSError, ValueError):
+                before = None
+            if isinstance(before, dict):
+                previous = list(before.get("previous") or [])
+                gone = {k: v for k, v in before.items() if k != "previous"}
+                if gone.get("status") in UNFINISHED:  # the process ended without saying so: killed
+                    gone.update(status="interrupted", found_on="resume")
+                previous.append(gone)
+        try:
+            config = hashlib.sha256((out / EXPERIMENT_FILE).read_bytes()).hexdigest()
+        except OSError:
+            config = None
+        here = git_state(Path(__file__).resolve().parent)
+        theirs = git_state(Path(loaded.path).resolve().parent) if loaded.path else None
+        runs, manifest = run_entries(loaded)
+        self.doc: dict[str, Any] = {
+            "schema": SCHEMA, "status": "starting", "started_at": _now(), "running_at": None, "finished_at": None,
+            "experiment": loaded.experiment.name, "experiment_file": str(loaded.path),
+            "config_sha256": config, "git": None if here is None else {k: here[k] for k in ("commit", "dirty")},
+            "experiment_git": (None if theirs is None or (here and theirs["root"] == here["root"])
+                               else {k: theirs[k] for k in ("commit", "dirty")}),
+            "versions": {"evalfleet": __version__, "python": platform.python_version(), **package_versions()},
+            "command": masked_command(list(sys.argv if argv is None else argv), loaded.secrets),
+            "working_directory": os.getcwd(), "backend": backend, "hosts": [socket.gethostname()],
+            "platform": platform.platform(), "resumed": resume, "runs": runs,
+        }
+        if previous:
+            self.doc["previous"] = previous
+        self.manifest = {"schema": MANIFEST_SCHEMA, "experiment_name": loaded.experiment.name,
+                         "created_at": _now(), "runs": manifest}
+        write_atomic(out / MANIFEST_FILE, json.dumps(self.manifest, indent=2) + "\n")
+        self.set_status("starting")
+
+    def set_status(self, status: str, **fields: Any) -> None:
+        self.doc["status"] = status
+        self.doc.update(fields)
+        try:
+            write_atomic(self.path, json.dumps(self.doc, indent=2, default=str) + "\n")
+        except OSError as exc:  # the metadata never costs the run
+            print(f"evalfleet: could not write {self.path}: {exc}", file=sys.stderr)
+
+    def running(self) -> None:
+        self.set_status("running", running_at=_now())
+
+    def finish(self, status: str, error: BaseException | None = None) -> None:
+        extra: dict[str, Any] = {"finished_at": _now()}
+        if error is not None:
+            extra["error"] = {"type": type(error).__name__, "message": str(error)[:2000]}
+        result = self.path.with_name(RESULT_FILE)  # the collected copy says what the file says
+        try:
+            doc = json.loads(result.read_text())
+        except (OSError, ValueError):
+            doc = None
+        timed = ((doc or {}).get("timings") or {}).get("runs") or {} if isinstance(doc, dict) else {}
+        workers = {h for r in timed.values() if isinstance(r, dict) for h in r.get("hosts") or []}
+        extra["hosts"] = sorted(set(self.doc["hosts"]) | workers)  # this one and every worker's (timings files)
+        self.set_status(status, **extra)
+        if isinstance(doc, dict) and isinstance(doc.get("experiment_metadata"), dict):
+            doc["experiment_metadata"]["document"] = self.doc
+            write_atomic(result, json.dumps(doc, indent=2) + "\n")
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM to the process running the pipeline: stopped like Ctrl-C, its metadata says interrupted."""
+
+
+@contextmanager
+def recorded(out: Path, loaded: LoadedExperiment, *, backend: str, resume: bool) -> Iterator[RunMetadata]:
+    """The metadata around a run: starting now, `running` when the caller says, then finished, interrupted
+    (Ctrl-C, SIGTERM) or failed."""
+    meta = RunMetadata(out, loaded, backend=backend, resume=resume)
+    owner = os.getpid()
+    restore = None
+    if threading.current_thread() is threading.main_thread():
+        def on_term(signum: int, frame: Any) -> None:
+            if os.getpid() != owner:  # a forked child that inherited the handler: the default action
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            raise Terminated()
+
+        restore = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield meta
+    except KeyboardInterrupt as exc:
+        how = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+        meta.set_status("interrupted", finished_at=_now(), signal=how)
+        raise
+    except BaseException as exc:
+        meta.finish("failed", exc)
+        raise
+    else:
+        meta.finish("finished")
+    finally:
+        if restore is not None:
+            signal.signal(signal.SIGTERM, restore)
