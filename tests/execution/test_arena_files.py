@@ -122,7 +122,6 @@ def test_arena_builder_and_runner_keys_are_carried_to_the_runner_task(tmp_path: 
     path = _write(tmp_path, RUN_HEAD + """    rollout_limit: {num_episodes: 2}
     num_rebuilds: 2
     environment_builder:
-      episode_conditions_path: /data/episode_results_rebuild0.jsonl
       language_instruction: Pick up the cube.
       placement_seed: 3
       env_spacing: 5.0
@@ -135,8 +134,7 @@ def test_arena_builder_and_runner_keys_are_carried_to_the_runner_task(tmp_path: 
     run = single["runs"]["r"]
     assert run["num_rebuilds"] == 2
     # Arena's runner gets the keys the file set, not evalfleet's defaults (no num_envs: 1 it never asked for).
-    assert run["environment_builder"] == {"episode_conditions_path": "/data/episode_results_rebuild0.jsonl",
-                                          "language_instruction": "Pick up the cube.", "placement_seed": 3,
+    assert run["environment_builder"] == {"language_instruction": "Pick up the cube.", "placement_seed": 3,
                                           "env_spacing": 5.0, "device": "cuda:0"}
 
 

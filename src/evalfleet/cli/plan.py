@@ -7,17 +7,25 @@ import json
 import re
 import sys
 
-from evalfleet.cli.experiment_args import add_experiment_args, experiment_path, print_overrides
+from evalfleet.cli.experiment_args import (
+    add_arena_runner_flags,
+    add_experiment_args,
+    experiment_path,
+    load_from_args,
+    print_overrides,
+)
 from evalfleet.errors import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("overrides", help="every overridable key with its effective value")
     add_experiment_args(p)
+    add_arena_runner_flags(p)
     p.set_defaults(handler=cmd_overrides)
 
     p = sub.add_parser("plan", help="the episode plan: runs, episodes, shards, servers")
     add_experiment_args(p)
+    add_arena_runner_flags(p)
     p.add_argument("--json", action="store_true", help="print the whole plan, every episode's seed and variations")
     p.add_argument("--shard-size", type=int, default=None, help="episodes per shard (default: chosen for --workers)")
     p.add_argument("--workers", type=int, default=None, help="workers the shards are sized for (default: CPU count)")
@@ -30,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_overrides(args: argparse.Namespace) -> int:
-    print_overrides(experiment_path(args), args.overrides)
+    print_overrides(args, experiment_path(args))
     return 0
 
 
@@ -38,7 +46,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from evalfleet.execution.api import check_workers
     from evalfleet.execution.osmo import run_order
     from evalfleet.execution.settings import check_backend_settings
-    from evalfleet.experiment.loading import load_experiment
     from evalfleet.experiment.plan import make_plan
     from evalfleet.textlayout import output_width
 
@@ -47,7 +54,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     check_workers(args.workers)
     if args.shard_size is not None and args.shard_size <= 0:
         raise UserError("--shard-size must be a positive number of episodes", where="command line", key="--shard-size")
-    loaded = load_experiment(path, args.overrides)
+    loaded = load_from_args(args, path)
     check_backend_settings(loaded.backend_settings)  # a wrong osmo.* / experiment_runner.* key: exit 2 here too
     plan = make_plan(loaded, shard_size=args.shard_size, workers=args.workers)
     if args.json:

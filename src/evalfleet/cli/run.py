@@ -7,7 +7,13 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from evalfleet.cli.experiment_args import add_experiment_args, experiment_path, print_overrides
+from evalfleet.cli.experiment_args import (
+    add_arena_runner_flags,
+    add_experiment_args,
+    experiment_path,
+    load_from_args,
+    print_overrides,
+)
 from evalfleet.layout import EXPERIMENT_FILE, RESULT_FILE
 
 
@@ -18,6 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run the whole Experiment and collect it (local backend by default)",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_experiment_args(p)
+    add_arena_runner_flags(p)
     p.add_argument("--output", "-o", metavar="DIR", help="output folder (default: outputs/<name>-<time>)")
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count)")
     p.add_argument("--backend", default="local", help="where episodes run: local, ray or slurm (see docs/cluster.md)")
@@ -60,7 +67,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.experiment = str(Path(args.output) / EXPERIMENT_FILE)
     path = experiment_path(args)
     if args.list_overrides:
-        print_overrides(path, args.overrides)
+        print_overrides(args, path)
         return 0
     # Built first: a bad value is refused (naming its flag) before anything is written.
     from evalfleet.execution.api import check_workers
@@ -68,7 +75,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_workers(args.workers)
     watchdog = WatchdogConfig.local(stall_timeout=args.stall_timeout, startup_timeout=args.startup_timeout,
                                     max_restarts=args.max_restarts)
-    result = run(path, overrides=args.overrides, output=args.output, backend=args.backend, workers=args.workers,
+    # With Arena's runner flags the Experiment is loaded here (pipeline.run takes it loaded, overrides applied).
+    arena_flags = args.policy_config is not None or args.continue_on_error
+    experiment: Any = load_from_args(args, path) if arena_flags else path
+    result = run(experiment, overrides=() if arena_flags else args.overrides, output=args.output,
+                 backend=args.backend, workers=args.workers,
                  resume=args.resume, progress=not args.no_progress, shard_size=args.shard_size, watchdog=watchdog,
                  ray_address=args.ray_address, fork_runners=getattr(args, "main", None))
     print_summary(result)

@@ -11,12 +11,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from evalfleet.cli.experiment_args import add_experiment_args, experiment_path, print_overrides
+from evalfleet.cli.experiment_args import (
+    add_arena_runner_flags,
+    add_experiment_args,
+    experiment_path,
+    load_from_args,
+    print_overrides,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("submit", help="send the Experiment to a cluster (OSMO workflows or a Ray job)")
     add_experiment_args(p)
+    add_arena_runner_flags(p)
     p.add_argument("--backend", required=True, help="the cluster engine: osmo, ray or slurm")
     p.add_argument("--dry-run", "--dry_run", dest="dry_run", action="store_true",
                    help="print what would be submitted; submit nothing")
@@ -32,13 +39,12 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def cmd_submit(args: argparse.Namespace) -> int:
     from evalfleet.execution.backends import get_backend
     from evalfleet.execution.waves import check_backend
-    from evalfleet.experiment.loading import load_experiment
 
     path = experiment_path(args)
     if args.list_overrides:
-        print_overrides(path, args.overrides)
+        print_overrides(args, path)
         return 0
     backend = get_backend(args.backend, address=args.ray_address)
-    loaded = load_experiment(path, args.overrides)
+    loaded = load_from_args(args, path)
     check_backend(loaded, args.backend)  # a `stopping:` Experiment needs waves: local and Ray only
     return backend.submit(loaded, dry_run=args.dry_run, output_dir=args.output_dir, stream=sys.stdout)

@@ -32,6 +32,10 @@ class LoadedExperiment:
     document: dict[str, Any]  # the file's document with overrides applied (variations flattened)
     backend_settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # "osmo" → {key: value}
     overrides: list[str] = field(default_factory=list)
+    policy_config: str | None = None  # --policy_config FILE: its policy replaced every Run's (policy_config.py)
+    # --continue_on_error (Arena's runner: go on with the next Run when one fails). evalfleet always does: a failed
+    # Run never stops the others; the flag is carried to Arena's runner in an Arena Run's OSMO task.
+    continue_on_error: bool = False
 
     def resolved_document(self) -> dict[str, Any]:
         """The Experiment as run: every Run with `shared` merged in and defaults filled, secrets replaced by
@@ -69,12 +73,29 @@ def read_document(path: str | Path) -> dict[str, Any]:
     return doc
 
 
-def load_experiment(path: str | Path, overrides: Iterable[str] = ()) -> LoadedExperiment:
+def load_experiment(path: str | Path, overrides: Iterable[str] = (), *, policy_config: str | None = None,
+                    continue_on_error: bool = False) -> LoadedExperiment:
     from evalfleet.plugins import load_registries
 
     load_registries()
     where = str(path)
     raw = read_document(path)
+    if policy_config is not None:
+        from evalfleet.experiment.policy_config import apply_policy_config, blame_policy_config, read_policy_config
+
+        raw = apply_policy_config(_normalise(raw, where), read_policy_config(policy_config))
+        try:
+            loaded = _load(raw, where, overrides)
+        except UserError as exc:
+            raise blame_policy_config(exc, policy_config) from None
+        loaded.policy_config, loaded.continue_on_error = policy_config, continue_on_error
+        return loaded
+    loaded = _load(raw, where, overrides)
+    loaded.continue_on_error = continue_on_error
+    return loaded
+
+
+def _load(raw: dict[str, Any], where: str, overrides: Iterable[str]) -> LoadedExperiment:
     parsed = [parse_override(o) for o in overrides]
     backend_settings: dict[str, dict[str, Any]] = {}
     for o in parsed:
@@ -236,11 +257,13 @@ def _build(doc: dict[str, Any], where: str) -> Experiment:
     _check_shared(shared, where)
     runs = {name: _deep_merge(shared, run) for name, run in doc["runs"].items()}
     top = {k: v for k, v in doc.items() if k not in ("runs", "shared")}
+    from evalfleet.experiment.arena_keys import resolve_arena_keys
     from evalfleet.experiment.replay import attach_conditions
     from evalfleet.experiment.stopping import resolve_stopping
     from evalfleet.experiment.validation import validate_types
 
     try:
+        runs = resolve_arena_keys(runs, where)  # Arena's environment_builder keys (experiment/arena_keys.py)
         runs = attach_conditions(runs, where)  # `conditions: FILE` → the Run's inline list (experiment/replay.py)
         merged = {**top, "runs": runs, "shared": shared}
         exp = Experiment.model_validate(merged)

@@ -51,7 +51,7 @@ def attach_conditions(runs: dict[str, Any], where: str) -> dict[str, Any]:
 def attach(run: Any, where: str, key: str) -> Any:
     if not isinstance(run, dict) or run.get("conditions") is None:
         return run
-    task = _task_of(run)
+    task = task_of(run)
     if task is None:
         return run  # the environment section is wrong: the schema reports that first
     spec, ckey = run["conditions"], f"{key}.conditions"
@@ -64,12 +64,15 @@ def attach(run: Any, where: str, key: str) -> Any:
     return {**run, "conditions": replay.to_inline(), "rollout_limit": _limit(run, replay, where, key)}
 
 
-def _task_of(run: dict[str, Any]) -> str | None:
+def task_of(run: dict[str, Any]) -> str | None:
+    """A merged Run map's task tag before validation (None when its environment section is wrong)."""
     try:
         env = TypedSection.model_validate(run.get("environment"))
     except ValidationError:
         return None
-    task = run.get("task")
+    task, labels = run.get("task"), run.get("labels")
+    if not isinstance(task, str) and isinstance(labels, dict) and isinstance(labels.get("task"), str):
+        task = labels["task"]  # Arena's labels.task
     return Run.model_construct(environment=env, task=task if isinstance(task, str) else None).task_tag()
 
 

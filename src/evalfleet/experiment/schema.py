@@ -15,6 +15,7 @@ Int = Annotated[int, Strict()]
 # hold. The limits are far above any real evaluation and far below what would hang a plan or a runner.
 MAX_NAME = 100  # Run and Experiment names become folder names (file systems allow 255 bytes)
 MAX_TAG = 200  # task / policy_name tags: labels in records and reports
+MAX_INSTRUCTION = 2_000  # a language instruction given to the policy
 MAX_TYPE = 1024  # an environment or policy `type` may be a path
 MAX_RUNS = 1_000
 MAX_EPISODES = 1_000_000  # per Run; the plan lists every episode
@@ -80,6 +81,25 @@ class EnvironmentBuilder(BaseModel):
     model_config = ConfigDict(extra="allow")
     num_envs: Int = Field(default=1, gt=0, le=MAX_ENVS)
     seed: Int | None = Field(default=None, ge=0, le=MAX_SEED)
+    # Isaac Lab Arena's ArenaEnvBuilderCfg keys, typed so a bad value is refused at load. An evalfleet environment
+    # gets each one's equivalent, or a UserError naming it (experiment/arena_keys.py).
+    placement_seed: Int | None = Field(default=None, ge=0, le=MAX_SEED)
+    language_instruction: str | None = Field(default=None, min_length=1, max_length=MAX_INSTRUCTION)
+    camera_height: Int | None = Field(default=None, gt=0, le=MAX_PIXELS)
+    camera_width: Int | None = Field(default=None, gt=0, le=MAX_PIXELS)
+    episode_conditions_path: str | None = Field(default=None, min_length=1, max_length=MAX_TYPE)
+
+
+class RunLabels(Strict):
+    """Arena's `labels: {task, policy}`: the Run's task and policy tags (`task` / `policy_name` in evalfleet)."""
+
+    task: str | None = None
+    policy: str | None = None
+
+    @field_validator("task", "policy")
+    @classmethod
+    def one_line_tag(cls, v: str | None) -> str | None:
+        return _check_tag(v)
 
 
 class SamplerCfg(BaseModel):
@@ -258,20 +278,34 @@ class Run(Strict):
     # A condition set replayed (experiment/replay.py): at load `conditions: FILE` becomes the inline list.
     conditions: dict[str, Any] | None = None
 
+    # Arena's `labels: {task, policy}`: the same tags as `task` / `policy_name` (both set differently: refused).
+    labels: RunLabels | None = None
+
     @field_validator("task", "policy_name")
     @classmethod
     def non_empty(cls, v: str | None) -> str | None:
-        if v is not None and not v.strip():
-            raise ValueError("must not be empty")
-        if v is not None and (len(v) > MAX_TAG or not v.isprintable()):
-            raise ValueError(f"must be one line of printable text of at most {MAX_TAG} characters, got {v[:40]!r}")
-        return v
+        return _check_tag(v)
+
+    @model_validator(mode="after")
+    def labels_agree(self) -> "Run":
+        for ours, arenas in (("task", "task"), ("policy_name", "policy")):
+            mine, label = getattr(self, ours), getattr(self.labels, arenas) if self.labels else None
+            if mine is not None and label is not None and mine != label:
+                raise ValueError(f"{ours} ({mine!r}) and labels.{arenas} ({label!r}) set the Run's {arenas} tag "
+                                 f"differently; keep one of them (labels.{arenas} is Arena's spelling of {ours})")
+        limit = self.rollout_limit.num_episodes
+        if self.num_rebuilds and limit is not None and limit < self.num_rebuilds:
+            raise ValueError(f"num_episodes ({limit}) is below num_rebuilds ({self.num_rebuilds}): Arena splits a "
+                             "Run's episodes across its rebuilds, each at least one; raise num_episodes or lower "
+                             "num_rebuilds")
+        return self
 
     def task_tag(self) -> str:
-        """The Run's task: explicit `task`, else the environment's `task` option (by name, or suite and index),
-        else its type's stem."""
-        if self.task:
-            return self.task
+        """The Run's task: explicit `task` (or Arena's `labels.task`), else the environment's `task` option (by
+        name, or suite and index), else its type's stem."""
+        tag = self.task or (self.labels.task if self.labels else None)
+        if tag:
+            return tag
         opts = self.environment.options()
         for key in ("task", "task_name", "env_name"):
             if isinstance(opts.get(key), str):
@@ -283,7 +317,15 @@ class Run(Strict):
         return _stem(self.environment.type)
 
     def policy_tag(self) -> str:
-        return self.policy_name or _stem(self.policy.type)
+        return self.policy_name or (self.labels.policy if self.labels else None) or _stem(self.policy.type)
+
+
+def _check_tag(v: str | None) -> str | None:
+    if v is not None and not v.strip():
+        raise ValueError("must not be empty")
+    if v is not None and (len(v) > MAX_TAG or not v.isprintable()):
+        raise ValueError(f"must be one line of printable text of at most {MAX_TAG} characters, got {v[:40]!r}")
+    return v
 
 
 def _stem(type_name: str) -> str:

@@ -1,44 +1,29 @@
-"""Checks that known environment and policy types make of a Run's options. Types that are not
-installed (an Arena task YAML path, a dotted class path, a name registered in Arena such as
-`pick_and_place_maple_table` or `zero_action`) pass through untyped: they load, plan and dry-run; only
-executing them fails (see `require_executable`). A name close to one of evalfleet's own is taken for a
-typo of it, not for an Arena name, and gets "did you mean"."""
+"""Checks that known environment and policy types make of a Run's options. Isaac Lab Arena's types (a task
+YAML path, a dotted class path, one of Arena's registered names such as `pick_and_place_maple_table` or
+`zero_action`, or `arena:NAME`; the rule is experiment/arena_types.py) pass through untyped: they load, plan and
+dry-run; only executing them fails (see `require_executable`). Any other unknown name is refused, with "did you
+mean" for a near miss of one of evalfleet's own."""
 
 from __future__ import annotations
 
 import difflib
-import re
-from typing import Any, Iterable
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from evalfleet.errors import UserError
+from evalfleet.experiment.arena_types import is_external_type, unknown_type_hint
 from evalfleet.experiment.key_paths import key_path, union_message
 from evalfleet.experiment.schema import Run
 from evalfleet.secrets import mask_url, shown_input
 
 
-# How Arena's registries name environments and policies: lower-case snake case.
-REGISTERED_NAME = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9]+)*")
-
-
-def is_external_type(type_name: str, known: Iterable[str] | None = None) -> bool:
-    """Whether `type_name` names something outside evalfleet's registries: a path or dotted class path,
-    or (given the names evalfleet knows) a registered-looking name that is not a near miss of one of them."""
-    if any(c in type_name for c in "./\\:"):
-        return True
-    if known is None or not REGISTERED_NAME.fullmatch(type_name):
-        return False
-    known = list(known)
-    return type_name not in known and not difflib.get_close_matches(type_name, known, n=1)
-
-
 def _lookup(registry: Any, type_name: str, where: str, key: str) -> Any:
     entry = registry.get(type_name)
     if entry is None and not is_external_type(type_name, registry.names()):
-        raise UserError(
-            f"unknown {registry.kind} type {type_name!r}{registry.suggest(type_name)}", where=where, key=key
-        )
+        near = difflib.get_close_matches(type_name, registry.names(), n=1)
+        raise UserError(f"unknown {registry.kind} type {type_name!r}{registry.suggest(type_name)}"
+                        f"{'' if near else unknown_type_hint(registry.kind)}", where=where, key=key)
     return entry
 
 

@@ -17,11 +17,12 @@ from evalfleet.execution.osmo.scripts import heredoc, wait_for_server
 from evalfleet.layout import ARENA_ATTEMPT_FOLDER, ARENA_ATTEMPTS_DIR, ARENA_RESULT_FILE, STATUS_FILE
 
 ARENA_RUNNER_SCRIPT = "isaaclab_arena/evaluation/experiment_runner.py"  # relative to the image's work dir
+ARENA_CONDITIONS_FILE = f"{TASK_DIR}/episode_conditions.jsonl"  # a Run's episode_conditions_path, in its task
 
 
 def is_arena_run(run: Any) -> bool:
     """A Run whose environment is an Isaac Lab Arena type: no evalfleet runner can build it, Arena's can."""
-    from evalfleet.experiment.validation import is_external_type
+    from evalfleet.experiment.arena_types import is_external_type
     from evalfleet.sim.base import ENVIRONMENTS
 
     name = run.environment.type
@@ -33,24 +34,51 @@ def arena_run_document(loaded: Any, run: str, policy: dict[str, Any] | None = No
     in Arena's own names (evalfleet's defaults such as `recording` or `max_attempts` mean nothing to Arena);
     the policy as wired to its server task. A literal secret is there only as the variable it travels in
     (`<key>_env`); `arena-config` puts the value back inside the task."""
+    from evalfleet.experiment.arena_types import arena_spelling
+
     dumped = loaded.experiment.runs[run].model_dump(mode="json", exclude_none=True, exclude_unset=True)
     if policy is not None:
         dumped["policy"] = policy
+    for section in ("environment", "policy"):  # `arena:NAME` is NAME to Arena
+        dumped[section] = {**dumped[section], "type": arena_spelling(dumped[section]["type"])}
+    labels = {**dumped.pop("labels", {}), **{arena: dumped.pop(ours) for ours, arena in
+                                             (("task", "task"), ("policy_name", "policy")) if ours in dumped}}
+    if labels:  # Arena's spelling of evalfleet's task / policy_name tags
+        dumped["labels"] = labels
+    if dumped.get("environment_builder", {}).get("episode_conditions_path") is not None:
+        # The file travels in the task (ARENA_CONDITIONS_FILE); Arena takes the episode count from it.
+        dumped["environment_builder"] = {**dumped["environment_builder"], "episode_conditions_path":
+                                         ARENA_CONDITIONS_FILE}
+        dumped.pop("rollout_limit", None)
     return {"runs": {run: secrets_as_variables(dumped, f"runs.{run}")}}
 
 
+def arena_conditions_files(loaded: Any, run: str) -> list[dict[str, str]]:
+    """The Run's episode_conditions_path file as an OSMO task file (none when the Run replays nothing)."""
+    from evalfleet.experiment.arena_keys import conditions_file
+    from evalfleet.experiment.safe_yaml import read_text_bounded
+
+    given = loaded.experiment.runs[run].environment_builder.episode_conditions_path
+    if given is None:
+        return []
+    return [{"path": ARENA_CONDITIONS_FILE, "contents": read_text_bounded(conditions_file(loaded.path, given))}]
+
+
 def arena_planned_episodes(run: Any) -> int | None:
-    """Episodes Arena's runner records for the Run: num_episodes in each of its num_rebuilds builds."""
-    n = run.rollout_limit.num_episodes
-    return None if n is None else n * (run.num_rebuilds or 1)
+    """Episodes Arena's runner records for the Run: num_episodes in all, split across its num_rebuilds builds
+    (isaaclab_arena/evaluation/run_execution.py, _split_episodes_across_rebuilds); with episode_conditions_path,
+    the file's lines (the loader set num_episodes to that count)."""
+    return run.rollout_limit.num_episodes
 
 
 def arena_runner_command(settings: Any, config: sh.Piece | tuple[sh.Piece, ...],
-                         output: sh.Piece | tuple[sh.Piece, ...]) -> list[Any]:
+                         output: sh.Piece | tuple[sh.Piece, ...], *, continue_on_error: bool = False) -> list[Any]:
     """Arena's documented runner command line (osmo/tasks/experiment_runner_task.py); `config` and `output` may
     be the script's own variables (`shell.Var`), never expanded from a user value."""
     argv = [settings.python, ARENA_RUNNER_SCRIPT, "--experiment_config", config, "--experiment_output_directory",
             output, "--viz", "none", "--enable_cameras"]
+    if continue_on_error:
+        argv.append("--continue_on_error")
     if settings.record_camera_video:
         argv.append("--record_camera_video")
     if settings.record_viewport_video:
@@ -58,10 +86,11 @@ def arena_runner_command(settings: Any, config: sh.Piece | tuple[sh.Piece, ...],
     return argv
 
 
-def arena_attempt_script(settings: Any) -> str:
+def arena_attempt_script(settings: Any, *, continue_on_error: bool = False) -> str:
     """One attempt: Arena's runner into this attempt's own folder, its log beside it (the watchdog's liveness
     reads both). $OUT, $TASK_DIR and EVALFLEET_ATTEMPT come from run.sh and the watchdog."""
-    argv = arena_runner_command(settings, (sh.Var("TASK_DIR"), "/arena_experiment.yaml"), sh.Var("DIR"))
+    argv = arena_runner_command(settings, (sh.Var("TASK_DIR"), "/arena_experiment.yaml"), sh.Var("DIR"),
+                                continue_on_error=continue_on_error)
     line = sh.command(*argv, key="experiment_runner.python")
     return "\n".join([
         "#!/bin/bash",

@@ -12,6 +12,7 @@ import yaml
 
 from evalfleet.execution.osmo.arena import (
     arena_attempt_script,
+    arena_conditions_files,
     arena_planned_episodes,
     arena_run_document,
     arena_runner_script,
@@ -94,7 +95,9 @@ def render_group(loaded: Any, p: RunPlacement, settings: OsmoSettings) -> dict[s
         metadata = {p.run: {"environment": run.environment.type, "policy": run.policy.type}}
         script = arena_runner_script(p.run, rp.task, rp.policy, arena_planned_episodes(run), host, port, arena,
                                      metadata)
-        extra_files = [{"path": f"{TASK_DIR}/arena_attempt.sh", "contents": arena_attempt_script(arena)}]
+        attempt = arena_attempt_script(arena, continue_on_error=loaded.continue_on_error)
+        extra_files = [{"path": f"{TASK_DIR}/arena_attempt.sh", "contents": attempt},
+                       *arena_conditions_files(loaded, p.run)]
         image = arena.image
     else:
         document = run_document(loaded, p.run, policy)
