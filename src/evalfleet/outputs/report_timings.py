@@ -10,7 +10,7 @@ from typing import Any
 COLOURS = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#bab0ac", "#86bcb6", "#d37295")
 OVERLAPPING = {"first_episode"}  # spans other phases: listed in the spread, never stacked
-ROW, LABEL, WIDTH = 22, 170, 560
+ROW, LABEL, WIDTH = 22, 230, 640
 
 
 def _e(v: Any) -> str:
@@ -44,7 +44,21 @@ def timings_section(result: dict[str, Any]) -> str:
     return ('<section id="timings"><h2>Timings</h2>'
             f'<p class="note">from {_e(timings.get("format") or "evalfleet")} timings; the bars stack each phase\'s '
             'total time per Run, the spread shows one call\'s p50–p90 (tick: p99)</p>'
-            + _stacked(runs, names, colour) + _spread(timings.get("totals") or {}, names, colour) + "</section>")
+            + _stacked(runs, names, colour) + _spread(_spread_rows(timings, runs, names), colour) + "</section>")
+
+
+def _spread_rows(timings: dict[str, Any], runs: dict[str, dict[str, Any]], names: list[str]) -> list[tuple]:
+    """(label, phase, stats): the pooled phase where its percentiles could be pooled (evalfleet's samples), else
+    one row per Run (summaries without samples, as Arena's, cannot be pooled)."""
+    totals = timings.get("totals") or {}
+    rows: list[tuple] = []
+    for p in names:
+        t = totals.get(p)
+        if isinstance(t, dict) and t.get("p50_ms") is not None:
+            rows.append((p, p, t))
+            continue
+        rows += [(f"{run}: {p}", p, phases[p]) for run, phases in runs.items() if isinstance(phases.get(p), dict)]
+    return rows
 
 
 def _stacked(runs: dict[str, dict[str, Any]], names: list[str], colour: dict[str, str]) -> str:
@@ -78,17 +92,16 @@ def _stacked(runs: dict[str, dict[str, Any]], names: list[str], colour: dict[str
     return "".join(out)
 
 
-def _spread(totals: dict[str, Any], names: list[str], colour: dict[str, str]) -> str:
-    rows = [(p, totals[p]) for p in names if isinstance(totals.get(p), dict)]
-    highs = [float(t.get("p99_ms") or t.get("p90_ms") or t.get("max_ms") or 0) for _, t in rows]
+def _spread(rows: list[tuple], colour: dict[str, str]) -> str:
+    highs = [float(t.get("p99_ms") or t.get("p90_ms") or t.get("max_ms") or 0) for _, _, t in rows]
     scale = (WIDTH - LABEL - 90) / max(max(highs, default=0.0), 1e-9)
     height = ROW * len(rows) + 10
     out = [f'<svg id="timings-spread" role="img" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" '
            'xmlns="http://www.w3.org/2000/svg" font-size="11" font-family="sans-serif">']
-    for i, (p, t) in enumerate(rows):
+    for i, (label, p, t) in enumerate(rows):
         y = 6 + i * ROW
         p50, p90, p99 = (t.get(k) for k in ("p50_ms", "p90_ms", "p99_ms"))
-        out.append(f'<text x="{LABEL - 6}" y="{y + 12}" text-anchor="end">{_e(p)}</text>')
+        out.append(f'<text x="{LABEL - 6}" y="{y + 12}" text-anchor="end">{_e(label)}</text>')
         if isinstance(p50, (int, float)) and isinstance(p90, (int, float)):
             x0, x1 = LABEL + p50 * scale, LABEL + p90 * scale
             out.append(f'<rect class="timing-spread" data-phase="{_e(p)}" x="{x0:.1f}" y="{y + 2}" '
