@@ -5,6 +5,7 @@ tick at p99), drawn as inline SVG; and the metadata line (status, git commit and
 from __future__ import annotations
 
 import html
+import math
 from typing import Any
 
 COLOURS = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
@@ -15,6 +16,10 @@ ROW, LABEL, WIDTH = 22, 230, 640
 
 def _e(v: Any) -> str:
     return html.escape(str(v), quote=True)
+
+
+def _ms(ms: float) -> str:
+    return f"{ms:.3g} ms" if ms < 1000 else f"{ms / 1000:.3g} s"
 
 
 def metadata_line(result: dict[str, Any]) -> str:
@@ -43,7 +48,7 @@ def timings_section(result: dict[str, Any]) -> str:
     colour = {p: COLOURS[i % len(COLOURS)] for i, p in enumerate(names)}
     return ('<section id="timings"><h2>Timings</h2>'
             f'<p class="note">from {_e(timings.get("format") or "evalfleet")} timings; the bars stack each phase\'s '
-            'total time per Run, the spread shows one call\'s p50–p90 (tick: p99)</p>'
+            'total time per Run, the spread shows one call\'s p50–p90 on a log scale (tick: p99)</p>'
             + _stacked(runs, names, colour) + _spread(_spread_rows(timings, runs, names), colour) + "</section>")
 
 
@@ -93,8 +98,13 @@ def _stacked(runs: dict[str, dict[str, Any]], names: list[str], colour: dict[str
 
 
 def _spread(rows: list[tuple], colour: dict[str, str]) -> str:
-    highs = [float(t.get("p99_ms") or t.get("p90_ms") or t.get("max_ms") or 0) for _, _, t in rows]
-    scale = (WIDTH - LABEL - 90) / max(max(highs, default=0.0), 1e-9)
+    values = [float(t[k]) for _, _, t in rows for k in ("p50_ms", "p90_ms", "p99_ms")
+              if isinstance(t.get(k), (int, float)) and t[k] > 0]
+    lo, hi = math.log10(min(values, default=1.0) / 2), math.log10(max(values, default=1.0) * 1.2)
+    span = (WIDTH - LABEL - 120) / max(hi - lo, 1e-9)
+
+    def at(ms: float) -> float:  # a log scale: phases of microseconds and of minutes side by side
+        return LABEL + (math.log10(max(ms, 10 ** lo)) - lo) * span
     height = ROW * len(rows) + 10
     out = [f'<svg id="timings-spread" role="img" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" '
            'xmlns="http://www.w3.org/2000/svg" font-size="11" font-family="sans-serif">']
@@ -103,16 +113,16 @@ def _spread(rows: list[tuple], colour: dict[str, str]) -> str:
         p50, p90, p99 = (t.get(k) for k in ("p50_ms", "p90_ms", "p99_ms"))
         out.append(f'<text x="{LABEL - 6}" y="{y + 12}" text-anchor="end">{_e(label)}</text>')
         if isinstance(p50, (int, float)) and isinstance(p90, (int, float)):
-            x0, x1 = LABEL + p50 * scale, LABEL + p90 * scale
+            x0, x1 = at(p50), at(p90)
             out.append(f'<rect class="timing-spread" data-phase="{_e(p)}" x="{x0:.1f}" y="{y + 2}" '
                        f'width="{max(x1 - x0, 1.5):.1f}" height="{ROW - 10}" fill="{colour[p]}">'
                        f'<title>{_e(p)}: p50 {p50:.3g} ms, p90 {p90:.3g} ms</title></rect>')
             if isinstance(p99, (int, float)):
-                out.append(f'<line x1="{LABEL + p99 * scale:.1f}" x2="{LABEL + p99 * scale:.1f}" y1="{y}" '
+                out.append(f'<line x1="{at(p99):.1f}" x2="{at(p99):.1f}" y1="{y}" '
                            f'y2="{y + ROW - 6}" stroke="#333"/>')
-            label = f"{p50:.3g}–{p90:.3g} ms"
+            label = f"{_ms(p50)}–{_ms(p90)}"
         else:
-            label = f'mean {float(t.get("mean_ms") or 0):.3g} ms'
-        out.append(f'<text x="{WIDTH - 84}" y="{y + 12}">{_e(label)}</text>')
+            label = f'mean {_ms(float(t.get("mean_ms") or 0))}'
+        out.append(f'<text x="{WIDTH - 114}" y="{y + 12}">{_e(label)}</text>')
     out.append("</svg>")
     return "".join(out)
