@@ -54,6 +54,7 @@ RUN_TIMINGS_DIR = "timings"
 # --- inside INTERNAL_DIR -------------------------------------------------------------------------------
 WIRED_EXPERIMENT_FILE = "experiment.wired.yaml"  # experiment.yaml wired to this invocation's server ports
 CLAIMS_DIR = "claims"
+RUN_TIMINGS_FILE = "timings-run.json"  # the run process's own phases (server_start), merged by collect
 SLURM_DIR = "slurm"  # the Slurm backend's sbatch scripts, job logs, server addresses and job ids
 
 # --- Isaac Lab Arena's own names -----------------------------------------------------------------------

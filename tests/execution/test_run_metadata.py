@@ -71,7 +71,8 @@ def test_quickstart_writes_metadata_manifest_and_timings(tmp_path: Path) -> None
         for p in ("p50_ms", "p90_ms", "p99_ms"):
             assert phases["policy"][p] is not None
         assert phases["policy"]["p50_ms"] <= phases["policy"]["p90_ms"] <= phases["policy"]["p99_ms"]
-    assert timings["experiment"]["collect"]["count"] == 1
+    assert timings["experiment"]["collect"]["count"] == 1  # collect's own time
+    assert timings["experiment"]["server_start"]["count"] == 1  # the run process's: its servers (none here)
     result = read(out / "experiment_result.json")
     assert result["experiment_metadata"]["document"]["status"] == "finished"
     assert result["timings"]["runs"].keys() == timings["runs"].keys()

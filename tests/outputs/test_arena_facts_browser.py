@@ -68,7 +68,7 @@ def test_report_shows_arenas_timings_plot(chromium, tmp_path: Path) -> None:
                                            "els => els.map(e => e.getBoundingClientRect().width)")
         assert all(w > 0 for w in widths)
         spread = page.eval_on_selector_all("#timings-spread .timing-spread", "els => els.map(e => e.dataset.phase)")
-        assert set(spread) == set(TIMERS)  # every phase's p50-p90 bar
+        assert set(spread) == {*TIMERS, "collect"}  # every timer's p50-p90 bar, and collect's own time
         assert page.locator("#metadata-status").inner_text() == "finished"
         assert page.locator("#metadata-commit").inner_text() == "0123456789ab"
         assert "(dirty)" in page.locator("#metadata").inner_text()

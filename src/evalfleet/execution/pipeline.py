@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -25,10 +26,11 @@ from evalfleet.execution.waves import check_backend, execute_in_waves, has_stopp
 from evalfleet.experiment.loading import LoadedExperiment, load_experiment
 from evalfleet.experiment.plan import Plan, make_plan
 from evalfleet.experiment.validation import require_executable
-from evalfleet.layout import run_status_path
+from evalfleet.layout import RUN_TIMINGS_FILE, internal_dir, run_status_path
 from evalfleet.outputs.finalize import finalize, preload
 from evalfleet.outputs.result import ExperimentResult
 from evalfleet.rollout.runner import is_decided, latest_records
+from evalfleet.rollout.timings import PhaseTimings
 from evalfleet.secrets import exported
 from evalfleet.serving.planning import check_server_programs, server_commands
 
@@ -122,7 +124,10 @@ def _execute(loaded: LoadedExperiment, out: Path, backend: Backend, *, shard_siz
         f"{len(plan.shards)} shards on {backend.name} ({min(capacity, len(plan.shards))} workers) → {out}")
     job = ExecutionJob(loaded, plan, out, watchdog or WatchdogConfig.local(), show_progress=progress, log=log,
                        spare_core_work=preload, fork_runners=fork_runners)
+    serving, started = PhaseTimings(), time.perf_counter()
     with backend.serve(job) as experiment_file:
+        serving.add("server_start", time.perf_counter() - started)  # the plan's servers started and healthy
+        serving.flush(internal_dir(out) / RUN_TIMINGS_FILE, run="", shard="")
         if has_stopping(plan):  # sequential stopping: waves of shards until no Run needs more
             return plan, execute_in_waves(job, backend, experiment_file, log)
         return plan, backend.execute(job, experiment_file)

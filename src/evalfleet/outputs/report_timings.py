@@ -63,7 +63,8 @@ def _spread_rows(timings: dict[str, Any], runs: dict[str, dict[str, Any]], names
             rows.append((p, p, t))
             continue
         rows += [(f"{run}: {p}", p, phases[p]) for run, phases in runs.items() if isinstance(phases.get(p), dict)]
-    return rows
+    own = timings.get("experiment") if isinstance(timings.get("experiment"), dict) else {}
+    return rows + [(f"(the run) {p}", p, t) for p, t in own.items() if isinstance(t, dict)]
 
 
 def _stacked(runs: dict[str, dict[str, Any]], names: list[str], colour: dict[str, str]) -> str:
@@ -115,7 +116,7 @@ def _spread(rows: list[tuple], colour: dict[str, str]) -> str:
         if isinstance(p50, (int, float)) and isinstance(p90, (int, float)):
             x0, x1 = at(p50), at(p90)
             out.append(f'<rect class="timing-spread" data-phase="{_e(p)}" x="{x0:.1f}" y="{y + 2}" '
-                       f'width="{max(x1 - x0, 1.5):.1f}" height="{ROW - 10}" fill="{colour[p]}">'
+                       f'width="{max(x1 - x0, 1.5):.1f}" height="{ROW - 10}" fill="{colour.get(p, "#888")}">'
                        f'<title>{_e(p)}: p50 {p50:.3g} ms, p90 {p90:.3g} ms</title></rect>')
             if isinstance(p99, (int, float)):
                 out.append(f'<line x1="{at(p99):.1f}" x2="{at(p99):.1f}" y1="{y}" '

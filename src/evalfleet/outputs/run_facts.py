@@ -1,7 +1,8 @@
 """An output's facts beside its records, read by collect from evalfleet's files or Isaac Lab Arena's: the
 metadata (experiment_metadata.json | arena_experiment_metadata.json), the manifest (experiment_manifest.json,
 either schema) and the timings, merged into one timings.json (evalfleet's `<run>/timings/*.json` shard files,
-else Arena's per-Run `arena_experiment_timings.json`, else a root timings file of either format).
+else Arena's per-Run `arena_experiment_timings.json`, else a root timings file of either format; the run
+process's own phases from `.evalfleet/timings-run.json`, and collect's own).
 
 Arena's shapes (isaaclab_arena/evaluation/arena_experiment_metadata.py, experiment_manifest.py,
 experiment_timings.py and utils/timer.py): a per-Run timings file is a list of timers `{type, name, app_name,
@@ -15,8 +16,8 @@ import json
 import time
 from typing import Any
 
-from evalfleet.layout import (ARENA_METADATA_FILE, ARENA_TIMINGS_FILE, MANIFEST_FILE, METADATA_FILE,
-                              RUN_TIMINGS_DIR, TIMINGS_FILE)
+from evalfleet.layout import (ARENA_METADATA_FILE, ARENA_TIMINGS_FILE, INTERNAL_DIR, MANIFEST_FILE, METADATA_FILE,
+                              RUN_TIMINGS_DIR, RUN_TIMINGS_FILE, TIMINGS_FILE)
 from evalfleet.outputs.storage import Location
 from evalfleet.rollout.run_folder import join
 from evalfleet.rollout.timings import merge_phases
@@ -98,12 +99,11 @@ def read_timings(locations: list[Location], runs: list[Any], *,
             formats.add(fmt)
     if not per_run:
         return None
-    experiment = {}
+    own = [doc for loc in locations if isinstance(doc := _read_json(loc, join(INTERNAL_DIR, RUN_TIMINGS_FILE)), dict)]
     if collect_s is not None:
-        experiment["collect"] = merge_phases([{"phases": {"collect": {"count": 1, "total_ms": collect_s * 1000,
-                                                                      "min_ms": collect_s * 1000,
-                                                                      "max_ms": collect_s * 1000,
-                                                                      "samples": [collect_s * 1000]}}}])["collect"]
+        ms = collect_s * 1000
+        own.append({"phases": {"collect": {"count": 1, "total_ms": ms, "min_ms": ms, "max_ms": ms, "samples": [ms]}}})
+    experiment = merge_phases(own)
     return {"schema": TIMINGS_SCHEMA, "unit": "ms", "format": "+".join(sorted(formats)), "runs": per_run,
             "totals": merge_phases({"phases": r["phases"]} for r in per_run.values()), "experiment": experiment}
 

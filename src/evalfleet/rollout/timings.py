@@ -148,6 +148,7 @@ def merge_phases(docs: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for name, m in merged.items():
         parts = m.pop("parts")
         m["total_ms"] = round(m["total_ms"], 4)
+        m.update({k: round(m[k], 4) for k in ("min_ms", "max_ms") if m[k] is not None})
         m["mean_ms"] = round(m["total_ms"] / m["count"], 4)
         if name in pools:
             pooled = _pooled(pools[name])
