@@ -64,7 +64,46 @@ def cmd_plan(args: argparse.Namespace) -> int:
     order = run_order(loaded, list(plan.runs))  # what osmo.max_parallel_runs does to these Runs
     for line in plan_lines(loaded.experiment.name, plan, output_width(), order=order):
         print(line)
+    for line in arena_lines(loaded, plan, output_width()):
+        print(line)
     return 0
+
+
+def arena_lines(loaded, plan, width: int) -> list[str]:  # an experiment.loading.LoadedExperiment, a Plan
+    """The Runs whose types exist only in Isaac Lab Arena's image, with the Arena keys and flags they carry."""
+    from evalfleet.experiment.arena_keys import ARENA_BUILDER_KEYS
+    from evalfleet.experiment.arena_types import arena_sections
+    from evalfleet.textlayout import wrap_fields
+
+    lines: list[str] = []
+    for rp in plan.runs.values():
+        run, sections = rp.run, arena_sections(rp.run)
+        if not sections:
+            continue
+        if not lines:
+            head = ("Isaac Lab Arena Runs (types only Arena's image has; they run in Arena's runner: evalfleet "
+                    "submit EXP --backend osmo):")
+            lines += ["", *wrap_fields(head.split(" "), width, gap=" ", hanging="  ")]
+        words = [f"{rp.name}:"] + [w for s in sections for w in (s, getattr(run, s).type, "(Arena's);")]
+        if run.labels:
+            words += [f"labels.{k}={v};" for k, v in run.labels.model_dump(exclude_none=True).items()]
+        if rp.num_episodes and (run.num_rebuilds or 1) > 1:
+            base, extra = divmod(rp.num_episodes, run.num_rebuilds)
+            split = "+".join(str(base + (i < extra)) for i in range(run.num_rebuilds))
+            words += [f"{rp.num_episodes}", "episodes", "over", f"{run.num_rebuilds}", f"rebuilds ({split});"]
+        builder = run.environment_builder
+        for k in ARENA_BUILDER_KEYS:
+            if getattr(builder, k) is not None:
+                words += f"{k}={getattr(builder, k)!r};".split(" ")
+        lines.extend(wrap_fields(words, width, gap=" ", hanging="  "))
+    if loaded.policy_config:
+        lines.extend(wrap_fields(f"policy: every Run's from --policy_config {loaded.policy_config}".split(" "),
+                                 width, gap=" ", hanging="  "))
+    if loaded.continue_on_error:
+        note = ("--continue_on_error: Arena's runner goes on with the next Run when one fails (passed to it); "
+                "evalfleet's own Runs always do")
+        lines.extend(wrap_fields(note.split(" "), width, gap=" ", hanging="  "))
+    return lines
 
 
 FREE_PORT = "FREE_PORT"

@@ -14,7 +14,7 @@ miss of one of evalfleet's names, never a plan that looks fine and fails in Aren
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable
 
 ARENA_MARKER = "arena:"
 
@@ -48,3 +48,16 @@ def unknown_type_hint(kind: str) -> str:
     names = sorted(ARENA_ENVIRONMENTS if kind == "environment" else ARENA_POLICIES)
     return (f"; for an Isaac Lab Arena {kind} give its task YAML path or dotted class path, one of Arena's "
             f"registered names ({', '.join(names)}), or mark another registered Arena name as arena:NAME")
+
+
+def arena_sections(run: Any) -> list[str]:
+    """Which of a Run's `environment` / `policy` types are Arena's (exist only in Arena's image)."""
+    from evalfleet.policies.base import POLICIES
+    from evalfleet.sim.base import ENVIRONMENTS
+
+    out = []
+    for section, registry in (("environment", ENVIRONMENTS), ("policy", POLICIES)):
+        name = getattr(run, section).type
+        if registry.get(name) is None and is_external_type(name, registry.names()):
+            out.append(section)
+    return out

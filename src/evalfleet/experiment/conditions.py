@@ -27,6 +27,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from evalfleet.arena_format import flat_variations
 from evalfleet.errors import UserError
 from evalfleet.experiment.safe_yaml import plain_tree, read_text_bounded
 from evalfleet.experiment.schema import MAX_EPISODES, MAX_SAMPLER
@@ -242,7 +243,10 @@ def arena_conditions(lines: list[Any], text_sha: str, task: str, where: str) -> 
         if seed is None:
             seed = stable_hash("arena-condition", text_sha, i) % SEED_LIMIT
         episode = line.get("episode", i)
-        item = {"seed": seed, "initial_state": episode, "variations": line.get("variations") or {}}
+        # Arena writes a line's variations nested (asset → variation → value): evalfleet's names are flat.
+        given = line.get("variations")
+        item = {"seed": seed, "initial_state": episode,
+                "variations": flat_variations(given) if isinstance(given, dict) else given or {}}
         out.append(parse_condition(item, where, key))
     return tuple(out)
 
