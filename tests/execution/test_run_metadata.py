@@ -79,47 +79,58 @@ def test_quickstart_writes_metadata_manifest_and_timings(tmp_path: Path) -> None
     assert result["experiment_manifest"]["document"]["runs"] == manifest["runs"]
 
 
-def _wait_for_records(out: Path, proc: subprocess.Popen, run: str = "push_expert") -> None:
-    """Until a shard file holds a record (or the process ended: then the test fails on what it said)."""
-    deadline = time.monotonic() + 300  # a bound on a hang, not a timing: the run needs a few seconds
-    while time.monotonic() < deadline and proc.poll() is None:
-        if any(p.read_text().strip() for p in (out / run / "parts").glob("*.jsonl")):
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"no record before the run ended: {proc.poll()}")
+def gated(tmp_path: Path, episodes: int) -> tuple[Path, Path]:
+    """The cut-down quickstart with its policy held at a gate after one episode (the test plugins' GatedExpert):
+    an interruption always lands while episodes are pending, however fast the machine."""
+    exp = cut_down_quickstart(tmp_path, episodes)
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    doc = yaml.safe_load(exp.read_text())
+    doc["shared"]["policy"] = {"type": "test_gated_expert", "gate": str(gate), "after_episodes": 1}
+    exp.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return exp, gate
 
 
-def test_interrupted_run_says_so(tmp_path: Path) -> None:
-    exp = cut_down_quickstart(tmp_path, 400)
-    out = tmp_path / "out"
+def start_run(exp: Path, out: Path, gate: Path) -> subprocess.Popen:
+    """`evalfleet run` in its own session, returned once a runner waits at the gate (it has a record)."""
     proc = subprocess.Popen(evalfleet_cmd("run", str(exp), "--output", str(out), "--workers", "1"), cwd=ROOT,
                             env=plugin_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 300  # a bound on a hang, not a timing
+    while not list(gate.glob("*.waiting")):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"no runner reached the gate: {proc.communicate()[1]}")
+        time.sleep(0.05)
+    assert any(p.read_text().strip() for p in (out / "push_expert" / "parts").glob("*.jsonl"))
+    assert read(out / "experiment_metadata.json")["status"] == "running"
+    return proc
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_interrupted_run_says_so(tmp_path: Path, signum: int) -> None:
+    exp, gate = gated(tmp_path, 4)
+    out = tmp_path / "out"
+    proc = start_run(exp, out, gate)
     try:
-        _wait_for_records(out, proc)
-        assert read(out / "experiment_metadata.json")["status"] == "running"
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)  # the run process only, as a `kill` would: it stops its runners
         _, err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130, err
     meta = read(out / "experiment_metadata.json")
-    assert meta["status"] == "interrupted" and meta["signal"] == "SIGINT" and meta["finished_at"]
+    assert (meta["status"], meta["signal"]) == ("interrupted", signal.Signals(signum).name) and meta["finished_at"]
 
 
 def test_sigkilled_run_is_found_interrupted_on_resume(tmp_path: Path) -> None:
-    exp = cut_down_quickstart(tmp_path, 8)
+    exp, gate = gated(tmp_path, 4)
     out = tmp_path / "out"
-    proc = subprocess.Popen(evalfleet_cmd("run", str(exp), "--output", str(out), "--workers", "1"), cwd=ROOT,
-                            env=plugin_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        _wait_for_records(out, proc)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the run and its runners: nothing says goodbye
-        proc.wait(timeout=60)
+    proc = start_run(exp, out, gate)
+    os.killpg(proc.pid, signal.SIGKILL)  # the run and its runners: nothing says goodbye
+    proc.communicate(timeout=60)
     assert read(out / "experiment_metadata.json")["status"] == "running"
+    (gate / "release").write_text("")
     done = subprocess.run(evalfleet_cmd("run", str(exp), "--output", str(out), "--workers", "1", "--resume"),
                           cwd=ROOT, capture_output=True, text=True, env=plugin_env(), timeout=600,
                           stdin=subprocess.DEVNULL)
