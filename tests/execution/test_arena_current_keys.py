@@ -270,3 +270,42 @@ def test_evalfleet_environments_take_the_equivalents_or_name_the_key(tmp_path: P
                    "    environment_builder: {episode_conditions_path: recorded.jsonl}\n")
     err = _plan_error(capsys, exp)
     assert "runs.r.environment_builder.episode_conditions_path and runs.r.conditions" in err
+
+
+def test_policy_config_replaces_every_runs_policy_whole_and_overrides_apply_on_top(tmp_path: Path) -> None:
+    """A real `evalfleet run` with --policy_config and --continue_on_error: the file's policy (zero) replaces the
+    shared and per-Run policies whole (the Run's own `seed` option of `random` does not leak into it), an override
+    on the Run's policy still applies after it, and the records say the policy the file gave."""
+    from evalfleet_testkit import run_evalfleet
+
+    env = {"type": "pusht", "obs_type": "state", "actions": "normalized", "max_steps": 3}
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(yaml.safe_dump({"name": "pc", "shared": {"environment": env, "policy": {"type": "random"},
+                                                            "rollout_limit": {"num_episodes": 2}},
+                                   "runs": {"a": {"policy": {"type": "random", "seed": 5}}, "b": {}}}))
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("policy:\n  type: zero\n")
+    done = run_evalfleet("overrides", str(exp), "--policy_config", str(policy))
+    assert done.returncode == 0, done.stderr
+    assert {"runs.a.policy.type=zero", "runs.b.policy.type=zero"} <= set(done.stdout.splitlines())
+    assert not any(line.startswith(("runs.a.policy.seed", "shared.policy")) for line in done.stdout.splitlines())
+    out = tmp_path / "out"
+    done = run_evalfleet("run", str(exp), "--policy_config", str(policy), "--continue_on_error", "--output", str(out),
+                         "--workers", "1", "--no-progress", "runs.b.policy_name=zero_b")
+    assert done.returncode == 0, done.stderr
+    written = yaml.safe_load((out / "experiment.yaml").read_text())["runs"]
+    assert written["a"]["policy"] == {"type": "zero"} and written["b"]["policy"] == {"type": "zero"}
+    result = json.loads((out / "experiment_result.json").read_text())
+    assert {name: r["policy"] for name, r in result["runs"].items()} == {"a": "zero", "b": "zero_b"}
+
+
+def test_a_bad_policy_config_names_its_file_and_key(files: tuple[Path, Path], tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    exp, _ = files
+    bad = tmp_path / "bad_policy.yaml"
+    bad.write_text("policy_variant: pi05\n")
+    err = _plan_error(capsys, exp, "--policy_config", str(bad))
+    assert str(bad) in err and "type" in err
+    bad.write_text("type: metaworld_expert\nnot_an_option: 1\n")
+    err = _plan_error(capsys, exp, "--policy_config", str(bad))
+    assert f"{bad}: not_an_option" in err and "--policy_config" in err
