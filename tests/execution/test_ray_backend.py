@@ -165,24 +165,23 @@ def test_interrupt_then_resume(tmp_path, local_reference):
 
 @contextlib.contextmanager
 def spy_on_servers(seen: dict):
-    """Record the RayRun and its (first) server actor and placement group as soon as they exist."""
-    from evalfleet.execution.ray.driver import RayRun
+    """Record the serve's RayServing and its (first) server actor and placement group as soon as they exist."""
+    from evalfleet.execution.ray.serving import RayServing
 
-    original = RayRun._start_servers
+    original = RayServing.open
 
-    def spy(self, ray_mod, shards):
-        served = original(self, ray_mod, shards)
+    def spy(self, ray_mod):
+        original(self, ray_mod)
         seen["servers"] = dict(self.server_runs)
         key = next(iter(self.servers))
         seen["group"], seen["actor"] = self.server_groups[key], self.servers[key]
         seen["job"] = self
-        return served
 
-    RayRun._start_servers = spy
+    RayServing.open = spy
     try:
         yield
     finally:
-        RayRun._start_servers = original
+        RayServing.open = original
 
 
 class TestLocalInstance:

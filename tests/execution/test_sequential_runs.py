@@ -106,3 +106,42 @@ def test_sigkill_then_resume_gives_the_same_decisions_and_records(experiment: Pa
     assert "noisy vs expert: worse" in resumed.stdout + resumed.stderr
     assert decisions(out) == decisions(reference)
     assert results_by_episode(out) == results_by_episode(reference)
+
+
+# One served policy for both Runs (server_sharing: per_policy: one server, one placement group, which a 2-CPU Ray
+# instance fits): on Ray its server starts once and serves every wave, as the local backend's does.
+SERVED = "server_sharing: per_policy\n" + EXPERIMENT.replace(
+    "  policy: {type: metaworld_expert}\n",
+    "  policy: {type: openpi_remote, serve: {type: metaworld_expert}, allow_unauthenticated: true}\n")
+
+
+def server_starts(out: Path) -> int:
+    """How many times the shared server started: the start lines it wrote into its log (kept beside its first Run's
+    records, one block per start, restarts included)."""
+    return sum(" starting " in line for line in (out / "expert" / "server.log").read_text().splitlines())
+
+
+@pytest.fixture(scope="module")
+def served_experiment(experiment: Path) -> Path:
+    path = experiment.parent / "served.yaml"
+    path.write_text(SERVED)
+    return path
+
+
+def test_ray_keeps_a_served_policys_server_across_waves(served_experiment: Path) -> None:
+    pytest.importorskip("ray")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    local = served_experiment.parent / "served_local"
+    assert evalfleet.run(served_experiment, output=local, workers=2, progress=False).ok
+    out = served_experiment.parent / "served_ray"
+    result = evalfleet.run(served_experiment, output=out, backend="ray", workers=2, progress=False)
+    assert result.ok
+    comparisons, _ = decisions(out)
+    assert [(c["policy"], c["verdict"]) for c in comparisons] == [("noisy", "worse")]
+    waves = comparisons[0]["stopped_at"] // 5
+    assert waves >= 2, "decided in the first wave: no later wave reached the server"
+    assert decisions(out) == decisions(local)
+    assert results_by_episode(out) == results_by_episode(local)
+    assert server_starts(local) == 1
+    assert server_starts(out) == 1  # one start for all `waves` waves (before issue #25's fix: one per wave)
+    assert not (out / "noisy" / "server.log").exists()  # the shared server's log lies beside its first Run's

@@ -15,26 +15,31 @@ A Run with a served policy (a server binding whose `needs_server` is true) gets 
 holds a `_PolicyServer` actor (resources from `binding.resources`) that starts the server with
 `ServerProcess` on a free port of its node and restarts it on the same port if it dies; the Run's shard tasks
 go in the other bundles (PACK strategy) with the client options wired to that host and port. The server
-is stopped (its log kept as OUT/<run>/server.log) and the group removed when the Run's shards are done.
+is stopped (its log kept as OUT/<run>/server.log) and the group removed when the Run's shards are done; under
+sequential stopping, when its Run is decided: servers and sink live for the backend's `serve`, across every
+wave (`serving.RayServing`).
 Servers are planned as for the local backend (`serving.planning.plan_server_groups`): one per served Run, or
 with `server_sharing: per_policy` one per distinct server identity, whose group then holds the shard tasks of
 all the Runs sharing it.
 
-The package, by concern: `backend` (the `ray` backend: check, connect, execute, submit), `driver` (`RayRun`: the
-shard tasks, the servers' placement groups, the sink drained into the parts), `shard_task` (what a shard task
+The package, by concern: `backend` (the `ray` backend: check, connect, execute, submit), `driver` (`RayRun`: one
+execute's shard tasks, the sink drained into the parts), `serving` (`RayServing`: what one serve keeps for every
+wave: the sink, the servers' placement groups and actors), `shard_task` (what a shard task
 runs on its node), `sink` (the `RecordSink` actor), `policy_server` (the `PolicyServer` actor), `jobs` (Ray
 Jobs: submit a whole evaluation, wait for it) and `common` (Ray imported on first use).
 """
 
 from evalfleet.execution.ray.backend import RayBackend, check_ray_arguments
 from evalfleet.execution.ray.common import RAY_MISSING, import_ray
-from evalfleet.execution.ray.driver import RayRun, existing_lines
+from evalfleet.execution.ray.driver import RayRun
 from evalfleet.execution.ray.jobs import job_output_dir, submit_ray_job, wait_for_job
 from evalfleet.execution.ray.policy_server import PolicyServer
+from evalfleet.execution.ray.serving import RayServing, existing_lines
 from evalfleet.execution.ray.shard_task import TASK_DIR_PREFIX, run_shard_on_worker
 from evalfleet.execution.ray.sink import RecordSink
 
 __all__ = [
-    "RAY_MISSING", "TASK_DIR_PREFIX", "PolicyServer", "RayBackend", "RayRun", "RecordSink", "check_ray_arguments",
-    "existing_lines", "import_ray", "job_output_dir", "run_shard_on_worker", "submit_ray_job", "wait_for_job",
+    "RAY_MISSING", "TASK_DIR_PREFIX", "PolicyServer", "RayBackend", "RayRun", "RayServing", "RecordSink",
+    "check_ray_arguments", "existing_lines", "import_ray", "job_output_dir", "run_shard_on_worker", "submit_ray_job",
+    "wait_for_job",
 ]

@@ -3,10 +3,11 @@ the plan's shards through `driver.RayRun`, or hand the whole evaluation to the c
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from evalfleet.errors import UserError
 from evalfleet.execution.backends import BACKENDS, BackendBase, ExecutionJob, WorkerResult
@@ -14,6 +15,7 @@ from evalfleet.execution.output_dir import mark_runs_running
 from evalfleet.execution.ray.common import import_ray
 from evalfleet.execution.ray.driver import RayRun
 from evalfleet.execution.ray.jobs import submit_ray_job
+from evalfleet.execution.ray.serving import RayServing
 from evalfleet.layout import EXPERIMENT_FILE
 from evalfleet.secrets import ENV_PREFIX
 
@@ -42,6 +44,7 @@ class RayBackend(BackendBase):
         self.workers = workers  # checked by the caller (execution.api.check_workers)
         self.address = address
         self._started = False
+        self._serving: RayServing | None = None  # while serve(job) runs: its sink and servers, for every execute
 
     def check(self) -> None:
         check_ray_arguments(self.address)
@@ -68,11 +71,28 @@ class RayBackend(BackendBase):
             self._started = True
         return self.workers or int(ray.cluster_resources().get("CPU", 1))
 
+    @contextlib.contextmanager
+    def serve(self, job: ExecutionJob) -> Iterator[Path]:
+        """The record sink and the plan's policy servers (placement groups, server actors), kept for every
+        `execute` in this serve: every wave of sequential stopping reaches the same servers (serving.py)."""
+        ray = import_ray()
+        serving = RayServing(job.plan, job.out)
+        self._serving = serving
+        try:
+            serving.open(ray)
+            yield job.out / EXPERIMENT_FILE
+        finally:
+            self._serving = None
+            serving.close(ray)
+
     def execute(self, job: ExecutionJob, experiment_file: Path) -> list[WorkerResult]:
-        """Every pending shard as a Ray task; served Runs get their server in a placement group (RayRun)."""
+        """Every pending shard as a Ray task; served Runs' tasks go in their server's placement group (RayRun)."""
+        if self._serving is None:  # called outside serve: one of its own, for this execute alone
+            with self.serve(job) as served_file:
+                return self.execute(job, served_file)
         from evalfleet.execution.progress import ProgressTracker, watch_progress
 
-        run = RayRun(job.plan, job.out, job.watchdog)
+        run = RayRun(job.plan, job.out, job.watchdog, self._serving)
         mark_runs_running(job.out, job.plan)
         thread = threading.Thread(target=run.execute, daemon=True, name="ray-driver")
         thread.start()
