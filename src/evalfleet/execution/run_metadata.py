@@ -188,7 +188,8 @@ def recorded(out: Path, loaded: LoadedExperiment, *, backend: str, resume: bool)
     meta = RunMetadata(out, loaded, backend=backend, resume=resume)
     owner = os.getpid()
     restore = None
-    if threading.current_thread() is threading.main_thread():
+    # SIGTERM stops the run like Ctrl-C, where nobody else handles it (a caller's own handler is left alone)
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         def on_term(signum: int, frame: Any) -> None:
             if os.getpid() != owner:  # a forked child that inherited the handler: the default action
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
