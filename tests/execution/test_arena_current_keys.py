@@ -309,3 +309,18 @@ def test_a_bad_policy_config_names_its_file_and_key(files: tuple[Path, Path], tm
     bad.write_text("type: metaworld_expert\nnot_an_option: 1\n")
     err = _plan_error(capsys, exp, "--policy_config", str(bad))
     assert f"{bad}: not_an_option" in err and "--policy_config" in err
+
+
+def test_camera_size_becomes_image_size_or_names_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    exp = tmp_path / "exp.yaml"
+    body = ("    rollout_limit: {num_episodes: 1}\n"
+            "    environment_builder: {camera_height: 96, camera_width: 128}\n")
+    exp.write_text("runs:\n  r:\n    environment: {type: metaworld, task: reach-v3}\n"
+                   "    policy: {type: metaworld_expert}\n" + body)
+    rc, out, err = cli(capsys, "overrides", str(exp))
+    assert rc == 0, err
+    assert "runs.r.environment.image_size=[96, 128]" in out.splitlines()
+    exp.write_text("runs:\n  r:\n    environment: {type: gymnasium, id: CartPole-v1}\n"
+                   "    policy: {type: zero}\n" + body)
+    err = _plan_error(capsys, exp)
+    assert "runs.r.environment_builder.camera_height" in err and "no equivalent in environment type 'gymnasium'" in err
