@@ -115,10 +115,10 @@ SERVED = "server_sharing: per_policy\n" + EXPERIMENT.replace(
     "  policy: {type: openpi_remote, serve: {type: metaworld_expert}, allow_unauthenticated: true}\n")
 
 
-def server_starts(out: Path) -> int:
-    """How many times the shared server started: the start lines it wrote into its log (kept beside its first Run's
+def server_starts(out: Path, run: str = "expert") -> int:
+    """How many times a Run's server started: the start lines it wrote into its log (kept beside its first Run's
     records, one block per start, restarts included)."""
-    return sum(" starting " in line for line in (out / "expert" / "server.log").read_text().splitlines())
+    return sum(" starting " in line for line in (out / run / "server.log").read_text().splitlines())
 
 
 @pytest.fixture(scope="module")
@@ -128,11 +128,17 @@ def served_experiment(experiment: Path) -> Path:
     return path
 
 
-def test_ray_keeps_a_served_policys_server_across_waves(served_experiment: Path) -> None:
+@pytest.fixture(scope="module")
+def served_local(served_experiment: Path) -> Path:
+    out = served_experiment.parent / "served_local"
+    assert evalfleet.run(served_experiment, output=out, workers=2, progress=False).ok
+    assert server_starts(out) == 1
+    return out
+
+
+def test_ray_keeps_a_served_policys_server_across_waves(served_experiment: Path, served_local: Path) -> None:
     pytest.importorskip("ray")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    local = served_experiment.parent / "served_local"
-    assert evalfleet.run(served_experiment, output=local, workers=2, progress=False).ok
     out = served_experiment.parent / "served_ray"
     result = evalfleet.run(served_experiment, output=out, backend="ray", workers=2, progress=False)
     assert result.ok
@@ -140,8 +146,24 @@ def test_ray_keeps_a_served_policys_server_across_waves(served_experiment: Path)
     assert [(c["policy"], c["verdict"]) for c in comparisons] == [("noisy", "worse")]
     waves = comparisons[0]["stopped_at"] // 5
     assert waves >= 2, "decided in the first wave: no later wave reached the server"
-    assert decisions(out) == decisions(local)
-    assert results_by_episode(out) == results_by_episode(local)
-    assert server_starts(local) == 1
+    assert decisions(out) == decisions(served_local)
+    assert results_by_episode(out) == results_by_episode(served_local)
     assert server_starts(out) == 1  # one start for all `waves` waves (before issue #25's fix: one per wave)
     assert not (out / "noisy" / "server.log").exists()  # the shared server's log lies beside its first Run's
+
+
+def test_ray_servers_that_do_not_fit_at_once_take_turns(served_experiment: Path, served_local: Path) -> None:
+    """One server per Run (server + runner bundle: 2 CPUs each, a 2-CPU instance fits one group at a time): a kept
+    server never blocks a wave; it is stopped while the other's group waits, and the next wave starts it again.
+    So: no wave waits forever, the same decisions and records, and at most one start per wave after the first."""
+    pytest.importorskip("ray")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    per_run = served_experiment.parent / "served_per_run.yaml"
+    per_run.write_text(SERVED.replace("server_sharing: per_policy\n", ""))
+    out = served_experiment.parent / "served_per_run_ray"
+    assert evalfleet.run(per_run, output=out, backend="ray", workers=2, progress=False).ok
+    assert decisions(out) == decisions(served_local)
+    assert results_by_episode(out) == results_by_episode(served_local)
+    waves = decisions(out)[0][0]["stopped_at"] // 5
+    starts = server_starts(out, "expert") + server_starts(out, "noisy")
+    assert waves >= 2 and starts <= waves + 1  # before issue #25's fix: 2 per wave
