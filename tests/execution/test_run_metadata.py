@@ -121,6 +121,26 @@ def test_interrupted_run_says_so(tmp_path: Path, signum: int) -> None:
     assert proc.returncode == 130, err
     meta = read(out / "experiment_metadata.json")
     assert (meta["status"], meta["signal"]) == ("interrupted", signal.Signals(signum).name) and meta["finished_at"]
+    # The run stopped its runner before it exited (the runner waits at the gate: it would live on otherwise).
+    # A Ctrl-C inside Thread.join() once let the run exit without waiting (python/cpython#90882).
+    assert "child process group stopped" in (out / ".evalfleet" / "worker-0.log").read_text()
+    assert not processes_naming(out), processes_naming(out)
+
+
+def processes_naming(out: Path) -> list[str]:
+    """Command lines of live processes that name the output folder (a forked runner keeps the run's)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = next(line for line in (entry / "status").read_text().splitlines() if line.startswith("State:"))
+        except (OSError, StopIteration):
+            continue
+        if str(out) in cmdline and "zombie" not in state:
+            found.append(f"{entry.name}: {cmdline}")
+    return found
 
 
 def test_sigkilled_run_is_found_interrupted_on_resume(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from evalfleet.execution.output_dir import mark_runs_running, write_atomic
 from evalfleet.execution.progress import ProgressTracker, watch_progress
 from evalfleet.execution.servers import LocalServers
 from evalfleet.execution.standby import StandbyRunner, can_fork, fresh_runners_requested, runner_argv
+from evalfleet.execution.threads import WorkerThread, wait_all
 from evalfleet.execution.watchdog import WatchdogConfig, supervise
 from evalfleet.experiment.plan import Shard
 from evalfleet.layout import CLAIMS_DIR, EXPERIMENT_FILE, WIRED_EXPERIMENT_FILE, internal_dir, worker_file
@@ -114,8 +115,7 @@ class LocalRun:
         shards = self.job.ordered_shards()
         results = [WorkerResult(i, shards) for i in range(max(1, min(self.workers, len(shards))))]
         standbys = self._standby_runners(results)  # forked before any thread exists
-        threads = [threading.Thread(target=self._supervise, args=(r, standbys.get(r.worker)), daemon=True)
-                   for r in results]
+        threads = [WorkerThread(self._supervise, (r, standbys.get(r.worker))) for r in results]
         self._threads = threads
         for t in threads:
             t.start()
@@ -124,11 +124,9 @@ class LocalRun:
             watch_progress(threads, tracker, self.job.show_progress)
         except KeyboardInterrupt:
             self.stop.set()
-            for t in threads:
-                t.join()
+            wait_all(threads)  # not join(): an interrupted join can leave a running thread marked stopped
             raise
-        for t in threads:
-            t.join()
+        wait_all(threads)
         return results
 
     def _standby_runners(self, results: list[WorkerResult]) -> dict[int, StandbyRunner]:

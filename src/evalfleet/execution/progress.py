@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalfleet.execution.threads import any_running, wait_any
 from evalfleet.rollout.records import RunScope, precedence
 from evalfleet.rollout.runner import run_log_files
 
@@ -165,7 +166,7 @@ def watch_progress(threads: list[threading.Thread], tracker: ProgressTracker, sh
                for n, p in tracker.runs.items()}
         start_done, start = tracker.total_done, time.monotonic()
         while True:
-            alive = any(t.is_alive() for t in threads)
+            alive = any_running(threads)
             tracker.poll()
             elapsed = max(1e-6, time.monotonic() - start)
             rate = (tracker.total_done - start_done) / elapsed
@@ -182,6 +183,4 @@ def watch_progress(threads: list[threading.Thread], tracker: ProgressTracker, sh
 
 def _join_any(threads: list[threading.Thread], timeout: float) -> None:
     """Sleep up to `timeout`, waking early when the first thread still running ends."""
-    running = [t for t in threads if t.is_alive()]
-    if running:
-        running[0].join(timeout)
+    wait_any(threads, timeout)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -16,6 +15,7 @@ from evalfleet.execution.ray.common import import_ray
 from evalfleet.execution.ray.driver import RayRun
 from evalfleet.execution.ray.jobs import submit_ray_job
 from evalfleet.execution.ray.serving import RayServing
+from evalfleet.execution.threads import WorkerThread, wait_all
 from evalfleet.layout import EXPERIMENT_FILE
 from evalfleet.secrets import ENV_PREFIX
 
@@ -94,15 +94,15 @@ class RayBackend(BackendBase):
 
         run = RayRun(job.plan, job.out, job.watchdog, self._serving)
         mark_runs_running(job.out, job.plan)
-        thread = threading.Thread(target=run.execute, daemon=True, name="ray-driver")
+        thread = WorkerThread(run.execute, name="ray-driver")
         thread.start()
         try:
             watch_progress([thread], ProgressTracker.for_plan(job.out, job.plan), job.show_progress)
         except KeyboardInterrupt:
             run.stop.set()
-            thread.join()
+            wait_all([thread])  # not join(): an interrupted join can leave a running thread marked stopped
             raise
-        thread.join()
+        wait_all([thread])
         if run.crash is not None:
             raise run.crash
         return run.results
