@@ -14,6 +14,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from evalfleet.registry import Registry
+from evalfleet.sim.protocol import ProtocolSource, TaskProtocol, generic_protocol
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,9 @@ class EnvironmentInfo:
     # The gripper convention of the action's gripper component, where the adapter declares one
     # ("positive_closes" | "positive_opens"); checked against a policy that declares one too.
     gripper: str | None = None
+    # What the task's episodes are judged by (success, milestones, failure codes): a TaskProtocol or a
+    # function of the Run's typed options giving one (sim/protocol.py); None: the generic protocol.
+    protocol: ProtocolSource | None = None
 
 
 @dataclass
@@ -100,6 +104,11 @@ class EnvironmentBase:
     # True: the runner also passes `episode=` (the plan's index) to `reset`, for benchmarks with fixed
     # per-episode initial states.
     reset_takes_episode: bool = False
+
+    def failure_code(self) -> str | None:
+        """The task failure code (declared in the adapter's protocol) that explains the episode that just ended
+        without success, read from the env's own state; None: nothing finer than `step_limit`."""
+        return None
 
     def render_video(self, camera: str, height: int | None = None, width: int | None = None,
                      mesh_tolerance_px: float = 0.0) -> np.ndarray:
@@ -239,3 +248,19 @@ def environment_spec(env_type: str, options: Any, env: Any = None) -> Environmen
         image_sizes={c: hw for c, hw in sizes.items() if cameras is None or c in cameras},
         state_dim=int(state_dim) if state_dim is not None else None, gripper=gripper,
     )
+
+
+def task_protocol(env_type: str, options: Any = None) -> TaskProtocol:
+    """The protocol of a Run's task (sim/protocol.py): its adapter's registered one, given the Run's options,
+    else the generic protocol."""
+    entry = ENVIRONMENTS.get(env_type)
+    info = entry.info if entry is not None and isinstance(entry.info, EnvironmentInfo) else None
+    source = info.protocol if info is not None else None
+    if source is None:
+        return generic_protocol(env_type)
+    if isinstance(source, TaskProtocol):
+        return source
+    typed = options
+    if entry is not None and entry.options is not None and not isinstance(options, entry.options):
+        typed = entry.options.model_validate(dict(options or {}))
+    return source(typed)
