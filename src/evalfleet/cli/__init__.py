@@ -32,6 +32,7 @@ COMMANDS = (
     "evalfleet.cli.watchdog:add_watchdog_parser",  # watchdog
     "evalfleet.cli.serve:register",  # serve
     "evalfleet.cli.outputs:register",  # collect, report
+    "evalfleet.cli.live:register",  # watch
     "evalfleet.cli.analysis:register",  # plot, sensitivity, compare, power
 )
 

@@ -34,12 +34,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shard-size", type=int, default=None, help="episodes per shard (default: chosen for --workers)")
     p.add_argument("--list-overrides", action="store_true", help="print every overridable key and exit")
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    p.add_argument("--serve-report", metavar="[HOST:]PORT", default=None,
+                   help="serve the live report while it runs (`evalfleet watch`; PORT 0: any free port), then the "
+                   "final report until Ctrl-C (stdin not a terminal: until stdin is closed)")
     p.add_argument("--stall-timeout", type=float, default=preset.stall_timeout, metavar="S",
                    help="restart a worker without progress for S seconds")
     p.add_argument("--startup-timeout", type=float, default=preset.startup_timeout, metavar="S",
                    help="grace before a worker's first progress")
     p.add_argument("--max-restarts", type=int, default=preset.max_restarts, metavar="N",
                    help="relaunches of a stalled or crashed worker")
+    p.add_argument("--track", action="append", default=[], metavar="SINK[:TARGET]",
+                   help="also log the results to a tracker (repeatable): wandb[:PROJECT], mlflow[:TRACKING_URI], "
+                   "tensorboard[:LOGDIR], trackio[:PROJECT]; the same as tracking.SINK... overrides (docs/tracking.md)")
     p.set_defaults(handler=cmd_run)
 
     p = sub.add_parser("runner", help="run shards of an Experiment in this process (used by backends)")
@@ -73,16 +79,34 @@ def cmd_run(args: argparse.Namespace) -> int:
     from evalfleet.execution.api import check_workers
 
     check_workers(args.workers)
+    if args.track:  # `--track mlflow:URI` is the override tracking.mlflow.tracking_uri=URI (experiment/tracking.py)
+        from evalfleet.experiment.tracking import tracking_flag_overrides
+
+        args.overrides = [*args.overrides, *tracking_flag_overrides(args.track)]
     watchdog = WatchdogConfig.local(stall_timeout=args.stall_timeout, startup_timeout=args.startup_timeout,
                                     max_restarts=args.max_restarts)
     # With Arena's runner flags the Experiment is loaded here (pipeline.run takes it loaded, overrides applied).
-    arena_flags = args.policy_config is not None or args.continue_on_error
-    experiment: Any = load_from_args(args, path) if arena_flags else path
-    result = run(experiment, overrides=() if arena_flags else args.overrides, output=args.output,
-                 backend=args.backend, workers=args.workers,
-                 resume=args.resume, progress=not args.no_progress, shard_size=args.shard_size, watchdog=watchdog,
-                 ray_address=args.ray_address, fork_runners=getattr(args, "main", None))
-    print_summary(result)
+    # (and with --serve-report, which needs the output folder before the run names it)
+    loaded = args.policy_config is not None or args.continue_on_error or args.serve_report is not None
+    experiment: Any = load_from_args(args, path) if loaded else path
+    served = None
+    if args.serve_report is not None:
+        from evalfleet.cli.live import ServedReport
+        from evalfleet.execution.output_dir import default_output
+
+        args.output = args.output or str(default_output(experiment))
+        served = ServedReport(args.serve_report, args.output)
+    try:
+        result = run(experiment, overrides=() if loaded else args.overrides, output=args.output,
+                     backend=args.backend, workers=args.workers, resume=args.resume, progress=not args.no_progress,
+                     shard_size=args.shard_size, watchdog=watchdog, ray_address=args.ray_address,
+                     fork_runners=getattr(args, "main", None))
+        print_summary(result)
+        if served is not None:
+            served.keep_serving()
+    finally:
+        if served is not None:
+            served.stop()
     return result.exit_code
 
 
