@@ -20,13 +20,27 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from evalfleet.analysis.sequential import decide, rate_confidence_sequence, spending_label
 from evalfleet.experiment.schema import Experiment
 from evalfleet.experiment.stopping import comparisons
+from evalfleet.rollout.runner import is_decided
+
+OUTCOME = {"success": 1, "failure": 0}
+
+
+def decided_outcomes(records: Iterable[Mapping[str, Any]], max_attempts: int) -> dict[int, int | None]:
+    """Episode index → 1 (success) / 0 (failure) / None (an error that used up its attempts), for the decided
+    records among a Run's latest records (the last record of an episode wins): what the stopping state reads."""
+    found: dict[int, int | None] = {}
+    for record in records:
+        episode = record.get("episode")
+        if isinstance(episode, int) and not isinstance(episode, bool) and is_decided(record, max_attempts):
+            found[episode] = OUTCOME.get(str(record.get("status")))
+    return found
 
 RATE_METHOD = "Beta(1/2,1/2) confidence sequence"
 RATE_ALPHA = 0.05  # precision's interval is 95%

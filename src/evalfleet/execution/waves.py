@@ -13,13 +13,10 @@ import dataclasses
 from pathlib import Path
 from typing import Callable
 
-from evalfleet.analysis.stopping import StoppingState, decision_line, rules_of, state
+from evalfleet.analysis.stopping import StoppingState, decided_outcomes, decision_line, rules_of, state
 from evalfleet.execution.backends import Backend, ExecutionJob, WorkerResult
 from evalfleet.experiment.plan import Plan, Shard
-from evalfleet.rollout.runner import is_decided, latest_records
-
-OUTCOME = {"success": 1, "failure": 0}
-
+from evalfleet.rollout.runner import latest_records
 
 def has_stopping(plan: Plan) -> bool:
     return any(rp.run.stopping is not None for rp in plan.runs.values())
@@ -31,9 +28,7 @@ def outcomes(out: Path, plan: Plan) -> dict[str, dict[int, int | None]]:
     for name, rp in plan.runs.items():
         if rp.run.stopping is None:
             continue
-        records = latest_records(out, name, rp.num_episodes)
-        found[name] = {i: OUTCOME.get(str(r.get("status"))) for i, r in records.items()
-                       if is_decided(r, rp.run.max_attempts)}
+        found[name] = decided_outcomes(latest_records(out, name, rp.num_episodes).values(), rp.run.max_attempts)
     return found
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from evalfleet.errors import UserError
+from evalfleet.layout import EXPERIMENT_FILE
 from evalfleet.experiment.schema import Experiment, RolloutLimit, Run, Stopping
 
 
@@ -48,7 +49,7 @@ def resolve_stopping(exp: Experiment, where: str) -> None:
     comparisons(exp, where)
 
 
-def comparisons(exp: Experiment, where: str = "experiment.yaml") -> list[Comparison]:
+def comparisons(exp: Experiment, where: str = EXPERIMENT_FILE) -> list[Comparison]:
     """Every (task, policy, baseline) the resolved rules ask for, in the Experiment's Run order; a UserError for a
     baseline no Run on the task has, two Runs with one (task, policy), or a pair whose looks do not pair up."""
     out: list[Comparison] = []

@@ -9,11 +9,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from evalfleet.analysis.stopping import comparison_entry, rules_of, run_entry, state
+from evalfleet.analysis.stopping import comparison_entry, decided_outcomes, rules_of, run_entry, state
 from evalfleet.experiment.schema import Experiment
-
-OUTCOME = {"success": 1, "failure": 0}
-
 
 def add_stopping(result: dict[str, Any], named: dict[str, Any], shared: dict[str, Any],
                  records: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
@@ -26,17 +23,8 @@ def add_stopping(result: dict[str, Any], named: dict[str, Any], shared: dict[str
         rules, pairs = rules_of(experiment)
     except Exception:  # noqa: BLE001 - a folder's rules that no longer hold (an edited file) add nothing
         return result
-    outcomes = {}
-    for name, run in experiment.runs.items():
-        if run.stopping is None:
-            continue
-        found: dict[int, int | None] = {}
-        for r in records.get(name, []):
-            episode, status = r.get("episode"), str(r.get("status"))
-            decided = status in OUTCOME or int(r.get("attempt", 1) or 1) >= run.max_attempts
-            if isinstance(episode, int) and decided:
-                found[episode] = OUTCOME.get(status)
-        outcomes[name] = found
+    outcomes = {name: decided_outcomes(records.get(name, []), run.max_attempts)
+                for name, run in experiment.runs.items() if run.stopping is not None}
     current = state(rules, pairs, outcomes)
     out = copy.copy(result)
     caps = {name: run.stopping.max_episodes for name, run in experiment.runs.items() if run.stopping is not None}
