@@ -28,6 +28,7 @@ from evalfleet.errors import UserError
 from evalfleet.feedback import is_long, track
 from evalfleet.layout import (EXPERIMENT_FILE, PARTS_DIR, PLOTS_DIR, RECORDS_FILE, REPORT_FILE, RESULT_FILE,
                               STATUS_FILE, VIDEOS_DIR)
+from evalfleet.outputs.failures import PROTOCOL_FILE, ProtocolCheck, read_protocol
 from evalfleet.outputs.report import render_report
 from evalfleet.outputs.run_facts import Stopwatch, collect_facts
 from evalfleet.outputs.storage import Location, check_endpoint, is_url, open_location
@@ -67,6 +68,7 @@ class RunData:
     set_aside: SetAside = field(default_factory=SetAside)
     summary: dict[str, Any] | None = None
     planned: int | None = None  # the episodes its records are held to (run_status.json, else experiment.yaml)
+    protocol: dict[str, Any] | None = None  # its protocol.json (the task's protocol, described), if any
 
     def summary_status(self) -> dict[str, Any] | None:
         """run_status.json's content for the summary, with the plan experiment.yaml gives when it has none."""
@@ -123,13 +125,17 @@ def read_run(name: str, sources: list[RunSource], *, merged_only: bool = False,
     from_status = status_planned(status)
     planned = from_status if from_status is not None else planned
     merged = RunRecords(RunScope(name, planned))
+    protocols = ProtocolCheck(name)  # one Run's records under two protocol identities are refused
     for src in sources:
         videos = _arena_videos(src) if src.arena_files else None
         for rec, line, where in folder_records(src.location, _files_to_read(src, merged_only), src.arena_files,
                                                run=name, status=status, videos=videos, after_file=after_file):
+            if merged.scope.reason_to_reject(rec) is None:
+                protocols.add(rec, where)
             merged.add(rec, line, where)
     return RunData(name=name, sources=sources, records=merged.records, lines=[str(line) for line in merged.lines],
-                   status=status, set_aside=merged.set_aside, planned=planned)
+                   status=status, set_aside=merged.set_aside, planned=planned,
+                   protocol=read_protocol([(src.location, join(src.rel, PROTOCOL_FILE)) for src in sources]))
 
 
 def _arena_videos(src: RunSource) -> dict[tuple[int, int, int], dict[str, str]]:
@@ -253,7 +259,8 @@ def _collect(sources: list[str], output: str, *, endpoint_url: str | None, repor
     for run, summary in zip(runs, summaries):
         run.summary = summary
     result = build_result(summaries, provenance(experiment_bytes, sources=[_safe_url(s) for s in sources]),
-                          skipped=skipped_files(locations), records={r.name: r.records for r in runs})
+                          skipped=skipped_files(locations), records={r.name: r.records for r in runs},
+                          protocols={r.name: r.protocol for r in runs if r.protocol})
     result = add_stopping(result, named, shared, {r.name: r.records for r in runs})  # sequential decisions
     result.update(collect_facts(locations, runs, dest, collect_s=watch.seconds()))  # metadata, manifest, timings
     dest.write_bytes(RESULT_FILE, (json.dumps(result, indent=2, sort_keys=False) + "\n").encode())
@@ -355,6 +362,8 @@ def _write_run(run: RunData, dest: Location) -> None:
         return
     if run.status is not None:
         dest.write_bytes(join(run.name, STATUS_FILE), (json.dumps(run.status, indent=2) + "\n").encode())
+    if run.protocol is not None:
+        dest.write_bytes(join(run.name, PROTOCOL_FILE), (json.dumps(run.protocol, indent=2) + "\n").encode())
     for src in run.sources:
         if src.has_videos and not (src.location.same_place(dest) and src.rel == run.name):
             prefix = join(src.rel, VIDEOS_DIR)

@@ -16,6 +16,7 @@ from importlib import resources
 from typing import Any, Iterable
 
 from evalfleet.outputs.report_decisions import decisions_section, has_stopping, ranking_section, stopping_rate_note
+from evalfleet.outputs.report_failures import failures_section
 from evalfleet.outputs.report_timings import metadata_line, timings_section
 
 _VECTOR_NAMES = {3: ("x", "y", "z")}
@@ -353,7 +354,7 @@ def render_report(result: dict[str, Any], runs: list[Any], *, plots: Iterable[st
         "__OVERVIEW__": _e(overview),
         "__SUMMARY__": _summary_table(result) + _skipped_section(result) + _progress_section(runs),
         "__MATRIX__": _matrix_table(result),
-        "__DECISIONS__": decisions_section(result) + ranking_section(result),
+        "__DECISIONS__": failures_section(result) + decisions_section(result) + ranking_section(result),
         "__PLOTS__": _plots_section(plots) + timings_section(result),
         "__META__": _script_safe(json.dumps(meta)),
         "__EPISODES__": _script_safe(episode_data_json(runs)),

@@ -26,6 +26,9 @@ class RunResult:
     success_rate: float | None  # over decided episodes; None when nothing was decided
     ci95: tuple[float, float] | None  # Wilson interval
     set_aside: int = 0  # records found that are not this Run's planned episodes (never counted)
+    # failed and errored episodes by failure code, biggest first (`unclassified`: a record without a code)
+    failures_by_code: dict[str, int] = field(default_factory=dict)
+    protocol: str | None = None  # the SHA-256 identity of the task protocol its records were made under
 
     @classmethod
     def from_json(cls, entry: dict[str, Any]) -> "RunResult":
@@ -35,7 +38,8 @@ class RunResult:
                    reason=entry.get("reason"), planned=entry.get("planned_episodes"), decided=entry["decided"],
                    successes=c["success"], failures=c["failure"], errors=c["error"], missing=c.get("missing"),
                    success_rate=entry.get("success_rate"), ci95=tuple(ci) if ci else None,
-                   set_aside=(entry.get("set_aside") or {}).get("total", 0))
+                   set_aside=(entry.get("set_aside") or {}).get("total", 0),
+                   failures_by_code=dict(entry.get("failures") or {}), protocol=entry.get("protocol"))
 
     def rate_text(self) -> str:
         if self.success_rate is None:
@@ -104,6 +108,16 @@ class ExperimentResult:
     def comparisons(self) -> list[ComparisonResult]:
         """Sequential stopping's decisions, one per (task, policy, baseline); [] without `stopping:`."""
         return [ComparisonResult.from_json(c) for c in self.raw.get("comparisons") or []]
+
+    @property
+    def failures_by_policy(self) -> dict[str, dict[str, int]]:
+        """{policy: {failure code: episodes}} over its Runs, biggest first."""
+        return {p: dict(c) for p, c in (self.raw.get("failures_by_policy") or {}).items()}
+
+    @property
+    def failure_codes(self) -> dict[str, dict[str, Any]]:
+        """{code: {kind, description}} for every code counted (None where no protocol declares the code)."""
+        return {c: dict(i) for c, i in (self.raw.get("failure_codes") or {}).items()}
 
     def rates(self) -> dict[str, float | None]:
         return {n: r.success_rate for n, r in self.runs.items()}

@@ -17,6 +17,7 @@ from typing import Any, Iterable
 
 from evalfleet import __version__
 from evalfleet.analysis.stats import wilson_interval
+from evalfleet.outputs.failures import add_failures
 from evalfleet.rollout.records import SetAside, record_episode
 
 RESULT_SCHEMA = "evalfleet.experiment_result/1"
@@ -224,10 +225,14 @@ def provenance(experiment_yaml: bytes | None, *, sources: list[str] | None = Non
 
 def build_result(runs: list[dict[str, Any]], prov: dict[str, Any], *,
                  skipped: list[dict[str, str]] | None = None,
-                 records: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
+                 records: dict[str, list[dict[str, Any]]] | None = None,
+                 protocols: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """experiment_result.json's content. `skipped`: files the sources held that were not read (a link leading
     out of its folder, a FIFO, an experiment.yaml that is not an Experiment), as {"path", "why"}. `records`
-    (Run name -> the records that count) adds `ranking` when two or more policies share a task."""
+    (Run name -> the records that count) adds `ranking` when two or more policies share a task, and the failure
+    roll-up (`outputs.failures`: each Run's `failures` and `protocol`, `failures_by_policy`, `failure_codes`,
+    kinds and descriptions from `protocols`, Run name -> its protocol.json)."""
+    failures = add_failures(runs, records or {}, protocols)
     by_status = {s: 0 for s in RUN_STATUSES}
     totals = {"success": 0, "failure": 0, "error": 0, "missing": 0, "recorded": 0, "set_aside": 0}
     for r in runs:
@@ -244,6 +249,7 @@ def build_result(runs: list[dict[str, Any]], prov: dict[str, Any], *,
         "runs": {r["run"]: r for r in runs},
         "matrix": task_policy_matrix(runs),
         "skipped_files": list(skipped or []),
+        **failures,
         **({"ranking": ranking} if (ranking := policy_ranking(runs, records or {})) else {}),
     }
 

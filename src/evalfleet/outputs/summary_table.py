@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from evalfleet.outputs.failures import top_codes
 from evalfleet.outputs.result import RunResult
 from evalfleet.textlayout import Column, table_lines
 
@@ -24,7 +25,14 @@ def summary_rows(result: dict[str, Any]) -> list[list[str]]:
 def summary_table_lines(result: dict[str, Any], width: int, *, title: str | None = None) -> list[str]:
     """The summary as text lines for `width` columns: aligned columns when every cell fits whole, else one
     block per Run (name on its own line, then `field: value` pairs); names are never cut."""
-    return table_lines(COLUMNS, summary_rows(result), width, title=title) + comparison_lines(result)
+    return table_lines(COLUMNS, summary_rows(result), width, title=title) + failure_lines(result) \
+        + comparison_lines(result)
+
+
+def failure_lines(result: dict[str, Any]) -> list[str]:
+    """One line naming the experiment's top failure codes, when any episode failed or errored."""
+    top = top_codes(result)
+    return [f"top failure codes: {', '.join(f'{code} {n}' for code, n in top)}"] if top else []
 
 
 def comparison_lines(result: dict[str, Any]) -> list[str]:
