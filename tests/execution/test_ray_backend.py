@@ -84,6 +84,11 @@ def assert_same_as_local(out: Path, local: Path) -> None:
         if (run_dir / "run_status.json").exists():
             assert json.loads((out / run_dir.name / "run_status.json").read_text()) == \
                 json.loads((run_dir / "run_status.json").read_text())
+    # Each shard task's phase timings reach the output folder (its own folder is removed): per-Run timings.
+    runs = {d.name for d in local.iterdir() if (d / "run_status.json").exists()}
+    timings = json.loads((out / "timings.json").read_text())
+    assert set(timings["runs"]) == runs
+    assert all(timings["runs"][run]["phases"]["sim_step"]["count"] > 0 for run in runs)
 
 
 def test_jobs_address_given_to_run_is_a_clear_error(tmp_path):

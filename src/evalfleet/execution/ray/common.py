@@ -1,5 +1,5 @@
 """What every side of the Ray backend shares: Ray imported on first use (a UserError when it is missing) and
-appending a text to a file."""
+appending a text to a file, writing a task's timings files."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from evalfleet.errors import UserError
+from evalfleet.layout import RUN_TIMINGS_DIR
 
 RAY_MISSING = "the Ray backend needs Ray: pip install 'evalfleet[ray]' (or 'ray[default]>=2.60')"
 
@@ -23,3 +24,13 @@ def append_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as f:
         f.write(text)
+
+
+def write_timings(out: Path, run: str, files: dict[str, str]) -> None:
+    """A shard task's phase-timings files (name → text), into OUT/<run>/timings/ where collect merges them."""
+    for name, text in files.items():
+        if Path(name).name != name or not name.endswith(".json"):
+            continue  # only plain file names of the runner's own shape
+        path = out / run / RUN_TIMINGS_DIR / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from evalfleet.execution.backends import WorkerResult, ordered_shards
-from evalfleet.execution.ray.common import append_text, import_ray
+from evalfleet.execution.ray.common import append_text, import_ray, write_timings
 from evalfleet.execution.ray.serving import RayServing
 from evalfleet.execution.ray.shard_task import run_shard_on_worker
 from evalfleet.execution.watchdog import WatchdogConfig, WatchdogResult
@@ -86,6 +86,7 @@ class RayRun:
             self.serving.placements[(shard.run, shard.id)] = (answer.get("placement_group"), answer.get("server"))
             if answer.get("log_tail") and result.result.state != "completed":
                 append_text(ray_task_log(self.out, shard.run, shard.id), answer["log_tail"])
+            write_timings(self.out, shard.run, answer.get("timings") or {})
         except Exception as exc:  # noqa: BLE001 - a task that failed for good fails its Run
             first = (str(exc).splitlines() or [""])[0]
             result.error = f"Ray task failed: {type(exc).__name__}: {first}"

@@ -17,7 +17,7 @@ from evalfleet.execution.invocation import runner_command
 from evalfleet.execution.ray.common import append_text
 from evalfleet.execution.watchdog import WatchdogConfig, WatchdogResult
 from evalfleet.experiment.plan import Shard
-from evalfleet.layout import EXPERIMENT_FILE, part_path, records_path
+from evalfleet.layout import EXPERIMENT_FILE, RUN_TIMINGS_DIR, part_path, records_path
 
 PUSH_INTERVAL_S = 0.5  # how often a shard task sends its new record lines to the driver
 TASK_DIR_PREFIX = "evalfleet-ray-task-"  # + the worker's pid: a dead worker's folder is removed by the next task
@@ -94,9 +94,22 @@ def run_shard_on_worker(document: str, run: str, start: int, stop: int | None, s
                 pass
         context = ray.get_runtime_context()
         return {"watchdog": dataclasses.asdict(result), "log_tail": log_tail, "node": context.get_node_id(),
-                "placement_group": context.get_placement_group_id(), "server": list(server) if server else None}
+                "placement_group": context.get_placement_group_id(), "server": list(server) if server else None,
+                "timings": _timings_files(tmp, run)}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _timings_files(tmp: Path, run: str) -> dict[str, str]:
+    """The runner's phase-timings files (`<run>/timings/<shard>-<worker>.json`) by name: the task folder is
+    removed, so the driver writes them into the output folder where collect merges them."""
+    found: dict[str, str] = {}
+    for path in sorted((tmp / run / RUN_TIMINGS_DIR).glob("*.json")):
+        try:
+            found[path.name] = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue  # timings are a report's detail: a file the runner did not finish is left out
+    return found
 
 
 def _remove_stale_folders() -> None:
