@@ -14,6 +14,7 @@ OUT/
     episode_results.jsonl    RECORDS_FILE: the collected records, one line per episode
     parts/<shard>.jsonl      PARTS_DIR: append-only records, one file per shard attempt
     run_status.json          STATUS_FILE
+    protocol.json            PROTOCOL_FILE: the task protocol (sim/protocol.py) whose identity its records carry
     videos/<camera>/...      VIDEOS_DIR
     server.log               SERVER_LOG: the Run's policy server, when evalfleet started one
     timings/<shard>-...json  RUN_TIMINGS_DIR: one worker's phase timings of one shard (timings_path)
@@ -47,6 +48,7 @@ RECORDS_PREFIX = "episode_results"  # every file a reader takes as records start
 RECORDS_SUFFIX = ".jsonl"
 PARTS_DIR = "parts"
 STATUS_FILE = "run_status.json"
+PROTOCOL_FILE = "protocol.json"
 VIDEOS_DIR = "videos"
 SERVER_LOG = "server.log"
 RUN_TIMINGS_DIR = "timings"
@@ -90,6 +92,11 @@ def part_path(out: Path, run: str, shard_id: str) -> Path:
 
 def run_status_path(out: Path, run: str) -> Path:
     return out / run / STATUS_FILE
+
+
+def protocol_path(out: Path, run: str) -> Path:
+    """OUT/<run>/protocol.json: the Run's TaskProtocol.describe(), written when the Run starts."""
+    return out / run / PROTOCOL_FILE
 
 
 def server_log_path(out: Path, run: str) -> Path:

@@ -30,9 +30,11 @@ def test_an_action_that_does_not_fit_the_env_fails_the_run_as_a_spec_mismatch(tm
     assert "environment metaworld takes action_dim 4" in run.reason, run.reason
     status = json.loads((tmp_path / "out" / "push_expert" / "run_status.json").read_text())
     assert status["failed_because"] == "spec_mismatch"
-    records = [line for part in (tmp_path / "out" / "push_expert" / "parts").glob("*.jsonl")
+    records = [json.loads(line) for part in (tmp_path / "out" / "push_expert" / "parts").glob("*.jsonl")
                for line in part.read_text().splitlines()]
-    assert records == []  # no episode counted as a failure or an error
+    # Only the episode in flight is recorded, as an error saying why (never counted as a failure); no other starts.
+    assert [(r["episode"], r["status"], r["failure_code"]) for r in records] == [(0, "error", "spec_mismatch")]
+    assert problem in records[0]["error"]
 
 
 def test_an_action_of_the_declared_size_steps_as_before(tmp_path):

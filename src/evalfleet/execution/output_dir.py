@@ -67,6 +67,9 @@ def _prepare(out: Path, loaded: LoadedExperiment, *, resume: bool) -> None:
                 where=where,
             )
         _check_writable(out, where)
+        from evalfleet.rollout.failures import check_resume_protocols
+
+        check_resume_protocols(out, loaded.experiment.runs)  # a changed task protocol is never mixed in
         return
     try:
         not_empty = out.exists() and any(out.iterdir())

@@ -38,6 +38,10 @@ class EpisodeRecord:
     progress: float | dict[str, Any] | None = None  # a number in 0..1, or Arena's map (overall_score, ...)
     # Where the policy came from, as it declares it (a LeRobot checkpoint: config and weights sha256).
     policy_provenance: dict[str, Any] | None = None
+    # Why a `failure` or `error` episode ended (sim/protocol.py: a task code, step_limit, or a common code);
+    # None on a success. `protocol`: the identity (SHA-256) of the Run's task protocol, on every record.
+    failure_code: str | None = None
+    protocol: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         # Shallow (not dataclasses.asdict, which deep-copies): the dict is serialised at once.

@@ -13,8 +13,11 @@ provides (`policies.base.check_spec`); a mismatch raises SpecMismatchError, and 
 none of that Run's episodes and reports it in `ShardOutcome.spec_mismatch`. An environment its options
 cannot build (`sim.spec_checks.EnvironmentOptionsError`: an unknown Gymnasium id, bad kwargs) is handled
 the same way, in `ShardOutcome.environment_error`. Every action is checked too, before the env steps it
-(`_checked_action`: `action_dim` finite values): a wrong size or NaN/inf is a SpecMismatchError of the Run,
-never cut to size, stepped with, or counted as a failure.
+(`actions.checked_action`: `action_dim` finite values): a wrong size or NaN/inf is a SpecMismatchError of the
+Run (its episodes in flight recorded as `spec_mismatch` first), never cut to size, stepped with, or counted as
+a failure. Every failed or errored record carries a `failure_code`, every record its Run's `protocol` identity
+(`rollout.failures`); a runner the watchdog relaunched records what its predecessor had in flight
+(`rollout.inflight`: `runner_crash` / `stall`) before its first shard.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from __future__ import annotations
 import collections
 import threading
 import time
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -30,17 +32,19 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from evalfleet.experiment.plan import EpisodeSpec, RunPlan, Shard
-from evalfleet.layout import part_path, parts_dir, records_path, timings_path
+from evalfleet.layout import part_path, timings_path
+from evalfleet.rollout.actions import checked_action
+from evalfleet.rollout.failures import (check_records_protocol, describe_error, env_code, policy_code,
+                                        recording_code, run_logs, run_protocol, task_code, write_protocol)
 from evalfleet.rollout.heartbeat import HeartbeatWriter
+from evalfleet.rollout.inflight import InFlight, runner_in_flight
 from evalfleet.rollout.records import EpisodeRecord, RecordWriter, RunScope, read_run_records
 from evalfleet.rollout.timings import PhaseTimings, worker_name
 from evalfleet.rollout.video import EpisodeVideo, should_record
 from evalfleet.sim.base import with_defaults
+from evalfleet.sim.protocol import EPISODE_TIMEOUT, POLICY_ERROR, RECORDING_ERROR, SPEC_MISMATCH
 
-
-def run_log_files(out_dir: Path, run: str) -> list[Path]:
-    """Every log of a Run: the merged file first, then the shard parts (later lines win)."""
-    return [records_path(out_dir, run), *sorted(parts_dir(out_dir, run).glob("*.jsonl"))]
+run_log_files = run_logs  # every log of a Run: the merged file first, then the shard parts (later lines win)
 
 
 def latest_records(out_dir: Path, run: str, planned: int | None = None) -> dict[int, dict[str, Any]]:
@@ -126,6 +130,7 @@ class ShardRunner:
         heartbeat: HeartbeatWriter | None = None,
         stop: threading.Event | None = None,
         on_record: Callable[[dict[str, Any]], None] | None = None,
+        in_flight: InFlight | None = None,
     ):
         self.plan = plan
         self.run = plan.run
@@ -135,6 +140,9 @@ class ShardRunner:
         self.heartbeat = heartbeat or HeartbeatWriter(None, "")
         self.stop = stop or threading.Event()
         self.on_record = on_record
+        self.in_flight = in_flight or InFlight(None)  # rollout/inflight.py: what a restarted runner accounts for
+        self.protocol = run_protocol(self.run)  # sim/protocol.py: its identity on every record
+        self._protocol_checked = False
         self._envs: list[Any] = []
         self._policy: Any = None
         self.timings = PhaseTimings()  # aggregated in memory, written once per shard (rollout/timings.py)
@@ -169,6 +177,10 @@ class ShardRunner:
     def run_shard(self, shard: Shard) -> ShardOutcome:
         """Every episode of the shard that is not decided yet (or, for a `num_steps` Run, new episodes until its
         step budget is spent), `num_envs` at a time, one record line each; stops early when `stop` is set."""
+        if not self._protocol_checked:  # the Run's records are of this protocol; protocol.json says which it is
+            check_records_protocol(run_log_files(self.out_dir, self.plan.name), self.protocol)
+            write_protocol(self.out_dir, self.plan.name, self.protocol)
+            self._protocol_checked = True
         queue, budget, next_index = self._todo(shard)
         if not queue and not budget:
             return ShardOutcome(self.plan.name, shard.id)
@@ -179,6 +191,8 @@ class ShardRunner:
         try:
             self._play(slots, progress)
             progress.outcome.stopped = self.stop.is_set()
+            if not progress.outcome.stopped:  # stopped: what was in flight stays, for a restart to account for
+                self.in_flight.clear()
         finally:
             progress.writer.close()
             self.timings.flush(timings_path(self.out_dir, self.plan.name, shard.id, worker_name()),
@@ -205,16 +219,23 @@ class ShardRunner:
     def _play(self, slots: list[_Slot], progress: _ShardProgress) -> None:
         """Step every env in lockstep, one batched policy call for those whose action queue is empty, until no
         episode is left or `stop` is set."""
+        from evalfleet.policies.base import SpecMismatchError
+
         for slot in slots:
             self._start(slot, progress)
-        while not self.stop.is_set():
-            active = [s for s in slots if s.spec is not None]
-            if not active:
-                break
-            self._refill_actions([s for s in active if not s.queue], progress)
-            stepped = sum(self._step(slot, progress) for slot in active)
-            progress.outcome.steps += stepped
-            self.heartbeat.advance(steps=stepped)
+        try:
+            while not self.stop.is_set():
+                active = [s for s in slots if s.spec is not None]
+                if not active:
+                    break
+                self._refill_actions([s for s in active if not s.queue], progress)
+                stepped = sum(self._step(slot, progress) for slot in active)
+                progress.outcome.steps += stepped
+                self.heartbeat.advance(steps=stepped)
+        except SpecMismatchError as exc:  # the Run stops: its episodes in flight are recorded first
+            for slot in (s for s in slots if s.spec is not None):
+                self._finish(slot, progress, error=exc.line(), code=SPEC_MISMATCH.code, retry=False)
+            raise
 
     def _step(self, slot: _Slot, progress: _ShardProgress) -> int:
         """One step of the slot's episode (1 if the env stepped, else 0); an episode that ends is recorded and
@@ -223,15 +244,18 @@ class ShardRunner:
             if slot.spec is None:
                 self._start(slot, progress)
             return 0
-        action = self._checked_action(slot, slot.queue.popleft())  # SpecMismatchError: the Run stops
+        # SpecMismatchError (not `action_dim` finite numbers): the Run stops
+        action = checked_action(slot.queue.popleft(), slot.env, self.run, self.plan, slot.steps, slot.spec)
+        stage = env_code  # what failed, for the record's code: the env's step, or the video's frame
         try:
             with self.timings.phase("sim_step"):
                 result = slot.env.step(action)
+            stage = recording_code
             if slot.video is not None:
                 with self.timings.phase("render"):
                     slot.video.add(slot.env, result.observation)
         except Exception as exc:  # noqa: BLE001 - an environment's error is this episode's error record
-            self._finish(slot, progress, error=_describe(exc))
+            self._finish(slot, progress, error=describe_error(exc), code=stage(exc))
             self._start(slot, progress)
             return 0
         slot.steps += 1
@@ -242,7 +266,8 @@ class ShardRunner:
             self._finish(slot, progress, success=result.success)
             self._start(slot, progress)
         elif time.monotonic() - slot.started > timeout:
-            self._finish(slot, progress, error=f"episode exceeded its {timeout:g} s deadline after {slot.steps} steps")
+            self._finish(slot, progress, error=f"episode exceeded its {timeout:g} s deadline after {slot.steps} steps",
+                         code=EPISODE_TIMEOUT.code)
             self._start(slot, progress)
         return 1
 
@@ -261,6 +286,8 @@ class ShardRunner:
             slot.progress = None
             slot.queue.clear()
             slot.started = time.monotonic()
+            self.in_flight.started(slot.env_id, self.plan.name, progress.outcome.shard, index, attempt)
+            stage = env_code  # what failed, for the record's code: the env's reset, the policy's, the video
             try:
                 # An env whose episodes differ by index, not only seed (LIBERO's fixed initial states).
                 # A replayed condition set gives the initial state it was exported with.
@@ -268,18 +295,21 @@ class ShardRunner:
                 by_index = {"episode": start} if slot.env.reset_takes_episode else {}
                 with self.timings.phase("reset"):
                     slot.observation = slot.env.reset(spec.seed, spec.variations, **by_index)
+                    stage = policy_code
                     self._policy.reset(spec.seed, slot.env_id)
+                stage = recording_code
                 if should_record(recording, spec.index):
                     slot.video = EpisodeVideo(self.out_dir / self.plan.name, spec.index, recording,
                                               slot.env.control_hz)
                     slot.video.add(slot.env, slot.observation)
                 return
             except Exception as exc:  # noqa: BLE001 - infrastructure error, recorded and retried
-                self._finish(slot, progress, error=_describe(exc))
+                self._finish(slot, progress, error=describe_error(exc), code=stage(exc))
 
     def _finish(self, slot: _Slot, progress: _ShardProgress, success: bool | None = None,
-                error: str | None = None) -> None:
-        """Record the slot's episode (an error is queued again while it has attempts left); the slot goes idle."""
+                error: str | None = None, code: str | None = None, retry: bool = True) -> None:
+        """Record the slot's episode (an error, with its failure code, is queued again while it has attempts
+        left); the slot goes idle."""
         spec = slot.spec
         assert spec is not None
         status = "error" if error else ("success" if success else "failure")
@@ -288,9 +318,12 @@ class ShardRunner:
             try:
                 video = slot.video.close()
             except Exception as exc:  # noqa: BLE001 - a broken video is reported, not fatal
-                error = error or f"recording failed: {_describe(exc)}"
+                if not error:
+                    error, code = f"recording failed: {describe_error(exc)}", RECORDING_ERROR.code
                 status = "error"
             slot.video = None
+        if status == "failure":
+            code = task_code(slot.env, self.protocol)  # UndeclaredFailureCode: the adapter's bug
         record = EpisodeRecord(
             run=self.plan.name,
             task=self.plan.task,
@@ -308,45 +341,19 @@ class ShardRunner:
             policy_latency_ms=round(1000 * slot.latency_s / slot.calls, 3) if slot.calls else None,
             progress=None if error else slot.progress,
             policy_provenance=getattr(self._policy, "provenance", None),
+            failure_code=None if status == "success" else (code or POLICY_ERROR.code),
+            protocol=self.protocol.identity,
         )
         with self.timings.phase("write"):
             progress.writer.append(record)
         if self._built_at is not None:  # a Run's first record: from its envs' build to here
             self.timings.add("first_episode", time.perf_counter() - self._built_at)
             self._built_at = None
-        progress.recorded(slot, error, retry=slot.attempt < self.run.max_attempts)
+        progress.recorded(slot, error, retry=retry and slot.attempt < self.run.max_attempts)
         self.heartbeat.advance(episodes=1)
         if self.on_record:
             self.on_record(record.to_json())
         slot.spec = None
-
-    def _checked_action(self, slot: _Slot, action: Any) -> np.ndarray:
-        """The action as the env's declared action spec takes it: `action_dim` finite numbers. Anything else is
-        the policy not fitting its environment (a SpecMismatchError), never cut to size or stepped with."""
-        from evalfleet.policies.base import SpecMismatchError
-
-        dim = slot.env.action_dim
-        try:
-            values = np.asarray(action, dtype=np.float64)
-        except (TypeError, ValueError):
-            problem = f"an action that is not numbers ({type(action).__name__})"
-        else:
-            if dim is not None and values.size != dim:
-                problem = f"an action of shape {values.shape} ({values.size} values)"
-            elif not np.isfinite(values).all():
-                bad = int(np.flatnonzero(~np.isfinite(values.reshape(-1)))[0])
-                problem = f"a non-finite action ({values.reshape(-1)[bad]} at index {bad})"
-            else:
-                return values
-        from evalfleet.sim.base import environment_spec
-
-        env_type = self.run.environment.type
-        spec = environment_spec(env_type, self.run.environment.options(), slot.env)
-        raise SpecMismatchError(
-            f"policy {self.plan.policy!r} returned {problem} at step {slot.steps} of episode "
-            f"{slot.spec.index if slot.spec else '?'}; environment {env_type} takes {spec.describe()} "
-            "(finite values): make the policy produce that action, or choose the environment it was made for",
-            where=f"Run {self.plan.name!r}")
 
     def _refill_actions(self, slots: list[_Slot], progress: _ShardProgress) -> None:
         """One batched policy call for every env whose action queue is empty."""
@@ -357,14 +364,14 @@ class ShardRunner:
             self._call_policy(slots, horizon)
         except Exception as exc:  # noqa: BLE001 - a policy's error is its episodes' error records
             if len(slots) == 1:
-                self._finish(slots[0], progress, error=_describe(exc))
+                self._finish(slots[0], progress, error=describe_error(exc), code=policy_code(exc))
                 return
             # Find which env's call failed: ask each on its own; only those episodes become errors.
             for slot in slots:
                 try:
                     self._call_policy([slot], horizon)
                 except Exception as exc:  # noqa: BLE001 - a policy's error is this episode's error record
-                    self._finish(slot, progress, error=_describe(exc))
+                    self._finish(slot, progress, error=describe_error(exc), code=policy_code(exc))
 
     def _call_policy(self, slots: list[_Slot], horizon: int | None) -> None:
         t0 = time.perf_counter()
@@ -392,12 +399,6 @@ class ShardRunner:
                 pass
         if self._policy is not None and hasattr(self._policy, "close"):
             self._policy.close()
-
-
-def _describe(exc: BaseException) -> str:
-    tb = traceback.extract_tb(exc.__traceback__)
-    where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
-    return f"{type(exc).__name__}: {exc}{where}"[:2000]
 
 
 def build_shard_runner(plan: RunPlan, out_dir: str | Path, **kwargs: Any) -> ShardRunner:
@@ -462,6 +463,7 @@ def run_shards(
     refused: dict[str, str] = {}  # Run -> why its policy does not fit its environment
     unbuildable: dict[str, str] = {}  # Run -> why its environment cannot be built from its options
     stop: threading.Event | None = kwargs.get("stop")
+    kwargs["in_flight"] = runner_in_flight(kwargs.get("heartbeat"), plans, Path(out_dir))  # rollout/inflight.py
     try:
         for shard in shards:
             if stop is not None and stop.is_set():

@@ -23,6 +23,7 @@ from evalfleet.rollout.heartbeat import (
     read_heartbeat,
     write_json_atomic,
 )
+from evalfleet.rollout.inflight import RESTART_ENV
 
 EXIT_COMPLETED = 0
 EXIT_GAVE_UP = 1
@@ -212,6 +213,10 @@ class Watchdog:
         env = dict(os.environ if self.env is None else self.env)
         env[HEARTBEAT_ENV] = str(self.heartbeat_path)
         env[ATTEMPT_ENV] = str(attempt)
+        env.pop(RESTART_ENV, None)
+        ran = [a for a in self.machine.attempts[:-1] if a.pid is not None]
+        if ran:  # a relaunch: why the last attempt that ran ended, for the runner to record what it lost
+            env[RESTART_ENV] = ran[-1].outcome or "ended"
         self._launched_wall = time.time()
         standby, self.standby = self.standby, None
         if standby is not None:
