@@ -46,6 +46,8 @@ class FileTail:
         start = self.offset - len(self.seen)
         try:
             if loc.is_local:
+                if self.unchanged(loc):
+                    return b"", False
                 with loc.open_local(self.rel) as f:
                     st = os.fstat(f.fileno())
                     if self.ident is not None and self.ident != (st.st_dev, st.st_ino):
@@ -72,6 +74,15 @@ class FileTail:
         self.offset += end + 1
         self.seen = (self.seen + new[:end + 1])[-OVERLAP:]
         return new[:end + 1], False
+
+    def unchanged(self, loc: Location) -> bool:
+        """A local file that is still the one read, of the size read: one stat, nothing opened (a file that
+        changed is opened by `Location.open_local`'s rule: only inside the folder)."""
+        try:
+            st = os.stat(loc.join(self.rel))
+        except OSError:
+            return False
+        return self.ident == (st.st_dev, st.st_ino) and st.st_size == self.offset
 
 
 @dataclass
@@ -146,6 +157,7 @@ class FolderFollower:
         self.metadata: dict[str, Any] | None = None
         self.finished = False  # collect wrote index.html and the run is no longer running
         self.version = 0  # incremented whenever what the page shows changed
+        self._statuses: dict[str, tuple[Any, dict[str, Any]]] = {}  # run_status.json by path: (stamp, content)
 
     def refresh(self) -> bool:
         """Read what is new; True when anything the page shows changed."""
@@ -171,13 +183,7 @@ class FolderFollower:
         run = self.runs.get(name)
         if run is None:
             run = self.runs[name] = LiveRun(name, self.plan.get(name))
-        statuses = []
-        for src in srcs:
-            if src.status_file:
-                try:
-                    statuses.append(read_status(self.location, src.status_file))
-                except (UserError, OSError):
-                    continue  # half written or refused: read again at the next refresh
+        statuses = [s for s in (self._status(src.status_file) for src in srcs if src.status_file) if s is not None]
         status = merge_statuses(statuses)
         if status != run.status:
             run.status, run.changed = status, True
@@ -209,6 +215,24 @@ class FolderFollower:
                 for rec, line in parse_record_lines(data):
                     run.add(rec, line, where)
         return False
+
+    def _status(self, rel: str) -> dict[str, Any] | None:
+        """A run_status.json (locally read again only when its size or time changed); None when unreadable now."""
+        stamp = None
+        if self.location.is_local:
+            try:
+                st = os.stat(self.location.join(rel))
+                stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+            except OSError:
+                return None
+            if rel in self._statuses and self._statuses[rel][0] == stamp:
+                return self._statuses[rel][1]
+        try:
+            status = read_status(self.location, rel)
+        except (UserError, OSError):
+            return None  # half written or refused: read again at the next refresh
+        self._statuses[rel] = (stamp, status)
+        return status
 
     def _read_experiment(self) -> bool:
         if self.order or not self._exists(EXPERIMENT_FILE):
