@@ -6,11 +6,17 @@ evalfleet serves it over its own openpi server on loopback (batched across the r
 Experiment's Runs against it, and stops everything it started before `evaluate` returns.
 
     python examples/evaluate_during_training.py [--steps 3] [--episodes 10] [--output-root outputs/training]
+        [--track tensorboard|mlflow|wandb|trackio]
+
+`--track SINK` logs each step's per-Run success rate and interval to that tracker (`step=` of `evaluate`),
+so the curve forms in one tracker run: TensorBoard event files and MLflow's sqlite store under the output
+root, W&B offline unless WANDB_MODE says otherwise, trackio in its own store (TRACKIO_DIR).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 import numpy as np
@@ -52,14 +58,28 @@ class NoisyExpert:
         return actions
 
 
-def train(steps: int, episodes: int, output_root: Path, workers: int | None = None) -> list[evalfleet.ExperimentResult]:
+def tracking_overrides(sink: str | None, output_root: Path) -> list[str]:
+    """The Experiment's `tracking:` for one sink, its store under the output root (shared by every step)."""
+    root = output_root.resolve()
+    stores = {"tensorboard": [f"tracking.tensorboard.logdir={root / 'tensorboard'}"],
+              "mlflow": [f"tracking.mlflow.tracking_uri=sqlite:///{root / 'mlflow.db'}",
+                         f"tracking.mlflow.artifact_location={(root / 'mlflow-artifacts').as_uri()}"],
+              "wandb": [f"tracking.wandb.dir={root}"] + ([] if os.environ.get("WANDB_MODE") else
+                                                           ["tracking.wandb.mode=offline"]),
+              "trackio": ["tracking.trackio.project=evaluate_during_training"]}
+    return stores[sink] if sink else []
+
+
+def train(steps: int, episodes: int, output_root: Path, workers: int | None = None,
+          track: str | None = None) -> list[evalfleet.ExperimentResult]:
     results = []
     for step in range(steps):
         noise = 1.5 * (1 - step / max(steps - 1, 1))  # "training" lowers the noise
         policy = NoisyExpert(noise)
         result = evalfleet.evaluate(policy, EXPERIMENT, runs=RUNS, workers=workers,
-                                    overrides=[f"shared.rollout_limit.num_episodes={episodes}"],
-                                    output=output_root / f"step-{step}")
+                                    overrides=[f"shared.rollout_limit.num_episodes={episodes}",
+                                               *tracking_overrides(track, output_root)],
+                                    output=output_root / f"step-{step}", step=step)
         rates = ", ".join(f"{r.name} {r.rate_text()}" for r in result.runs.values())
         print(f"step {step} (noise {noise:.2f}): " + rates)
         results.append(result)
@@ -71,8 +91,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--episodes", type=int, default=10)
     parser.add_argument("--output-root", type=Path, default=Path("outputs") / "training")
+    parser.add_argument("--track", choices=["tensorboard", "mlflow", "wandb", "trackio"], default=None,
+                        help="log the curve to this tracker (pip install 'evalfleet[tracking]')")
     args = parser.parse_args()
-    train(args.steps, args.episodes, args.output_root)
+    train(args.steps, args.episodes, args.output_root, track=args.track)
 
 
 if __name__ == "__main__":

@@ -104,14 +104,16 @@ def evaluate(policy: Any, experiment: str | os.PathLike[str] | LoadedExperiment,
              workers: int | None = None, policy_name: str | None = None, max_batch: int | None = None,
              max_wait_ms: float = DEFAULT_MAX_WAIT_MS, progress: bool = False,
              watchdog: WatchdogConfig | None = None,
-             log: Callable[[str], None] = stderr_log) -> ExperimentResult:
+             log: Callable[[str], None] = stderr_log, step: int | None = None) -> ExperimentResult:
     """Evaluate an in-process `policy` on the Experiment's Runs (or the named `runs`) and return the result.
 
     The Experiment's own policies are replaced by `policy`, tagged `policy_name` (default: its `name`
     attribute or class name). `max_batch`: largest batch one `act_batch` call gets (default: the number of
     envs stepping at once). A policy that raises (SystemExit too) or does not return within the Run's
     `episode_timeout_s` yields error records (infrastructure errors, retried and then left as errors in the
-    result), never an exception or a hang here; while a call is still blocked, further calls fail at once."""
+    result), never an exception or a hang here; while a call is still blocked, further calls fail at once.
+    `step`: the training step (an integer >= 0) at which the Experiment's `tracking:` sinks log this
+    evaluation; calls with steps into one output root land in one tracker run, a point per step."""
     listed = check_common("evaluate", experiment=experiment, overrides=overrides, output=output, workers=workers,
                           progress=progress, watchdog=watchdog, log=log)
     runs = check_strings(runs, where=argument("evaluate", "runs"), what="Run names", optional=True)
@@ -119,6 +121,9 @@ def evaluate(policy: Any, experiment: str | os.PathLike[str] | LoadedExperiment,
         raise UserError(f"expected a non-empty name or None, got {policy_name!r}",
                         where=argument("evaluate", "policy_name"))
     check_count(max_batch, where=argument("evaluate", "max_batch"))
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
+        raise UserError(f"expected a training step (an integer >= 0) or None, got {step!r}",
+                        where=argument("evaluate", "step"))
     if isinstance(max_wait_ms, bool) or not isinstance(max_wait_ms, (int, float)) or not 0 <= max_wait_ms < 1e6:
         raise UserError(f"expected milliseconds >= 0 (a number), got {max_wait_ms!r}",
                         where=argument("evaluate", "max_wait_ms"))
@@ -139,7 +144,7 @@ def evaluate(policy: Any, experiment: str | os.PathLike[str] | LoadedExperiment,
                 wired = Path(tmp) / EXPERIMENT_FILE
                 wired.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
                 return run(load_experiment(wired), output=output, backend="local", workers=workers,
-                           progress=progress, watchdog=watchdog, log=log)
+                           progress=progress, watchdog=watchdog, log=log, tracking_step=step)
             finally:
                 guarded.close()  # a call still waiting on the policy gives up: the server can stop at once
     finally:

@@ -29,6 +29,7 @@ from evalfleet.experiment.validation import require_executable
 from evalfleet.layout import RUN_TIMINGS_FILE, internal_dir, run_status_path
 from evalfleet.outputs.finalize import finalize, preload
 from evalfleet.outputs.result import ExperimentResult
+from evalfleet.outputs.tracking import check_tracking, log_to_trackers
 from evalfleet.rollout.runner import is_decided, latest_records
 from evalfleet.rollout.timings import PhaseTimings
 from evalfleet.secrets import exported
@@ -59,9 +60,11 @@ def run(experiment: str | os.PathLike[str] | LoadedExperiment, *, overrides: Ite
         output: str | os.PathLike[str] | None = None, backend: str = "local", workers: int | None = None,
         resume: bool = False, progress: bool = True, shard_size: int | None = None,
         watchdog: WatchdogConfig | None = None, ray_address: str | None = None,
-        log: Callable[[str], None] = stderr_log, fork_runners: EvalfleetMain | None = None) -> ExperimentResult:
+        log: Callable[[str], None] = stderr_log, fork_runners: EvalfleetMain | None = None,
+        tracking_step: int | None = None) -> ExperimentResult:
     """Run the whole Experiment on `backend` and collect it; the typed result (per-Run counts and rates with
-    95% intervals, statuses, the report's path).
+    95% intervals, statuses, the report's path). The results then go to the Experiment's `tracking:` sinks
+    (outputs/tracking: a sink that fails is one warning line), at `tracking_step` (evaluate's `step`).
 
     `output`: the folder (default outputs/<name>-<time>); `resume`: continue an interrupted folder of the
     same Experiment; `workers`: parallel runners (default: this machine's CPUs, or the Ray cluster's);
@@ -77,7 +80,9 @@ def run(experiment: str | os.PathLike[str] | LoadedExperiment, *, overrides: Ite
         plan, results = execute(loaded, out, chosen, shard_size=shard_size, watchdog=watchdog, progress=progress,
                                 log=log, fork_runners=fork_runners)
         finish_runs(plan, out, results)
-        return finalize_output(loaded, out)
+        result = finalize_output(loaded, out)
+    log_to_trackers(loaded, out, result, step=tracking_step, log=log)
+    return result
 
 
 def prepare(loaded: LoadedExperiment, backend: Backend, output: str | os.PathLike[str] | None, *, resume: bool,
@@ -87,6 +92,7 @@ def prepare(loaded: LoadedExperiment, backend: Backend, output: str | os.PathLik
     require_executable(loaded.experiment.runs, loaded.path)
     backend.check()
     check_backend(loaded, backend.name)
+    check_tracking(loaded)  # every sink's package installed
     if backend.name == "local":  # its policy servers start here: their programs must exist here
         check_server_programs(loaded.experiment.runs, loaded.path)
     elif backend.name == "ray":  # its servers bind the node's address: a key, or allow_unauthenticated

@@ -53,7 +53,10 @@ class LoadedExperiment:
         exp = self.experiment
         runs, found = extract({name: run.model_dump(mode="json", exclude_none=True) for name, run in exp.runs.items()},
                               "runs")
-        return {"name": exp.name, "seed": exp.seed, "server_sharing": exp.server_sharing, "runs": runs}, found
+        doc = {"name": exp.name, "seed": exp.seed, "server_sharing": exp.server_sharing, "runs": runs}
+        if exp.tracking is not None:  # where the results are logged: kept for resume and evaluate's wired file
+            doc["tracking"] = exp.tracking.model_dump(mode="json", exclude_none=True)
+        return doc, found
 
     def resolved_yaml(self) -> str:
         return yaml.safe_dump(self.resolved_document(), sort_keys=False)

@@ -13,7 +13,7 @@ from evalfleet.experiment.safe_yaml import MAX_DEPTH, parse_yaml
 
 WHERE = "command line"
 PREFIX_ALIASES = ("experiment_cfg.",)
-EXPERIMENT_ROOTS = ("runs", "shared", "stopping", "seed", "name", "server_sharing")
+EXPERIMENT_ROOTS = ("runs", "shared", "stopping", "seed", "name", "server_sharing", "tracking")
 # Backend settings live under their own prefix; backends validate them (see execution/settings.py).
 BACKEND_ROOTS = ("osmo", "ray", "local", "experiment_runner", "slurm")  # experiment_runner: Arena's runner task
 

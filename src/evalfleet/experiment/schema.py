@@ -8,6 +8,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
+from evalfleet.experiment.tracking import Tracking
+
 # Counts and seeds take whole numbers only: lax pydantic would read `num_episodes: true` as 1.
 Int = Annotated[int, Strict()]
 
@@ -348,6 +350,8 @@ class Experiment(Strict):
     shared: dict[str, Any] = Field(default_factory=dict)
     # Sequential stopping for every Run without its own `stopping:` (experiment/stopping.py).
     stopping: Stopping | None = None
+    # Experiment trackers the results are logged to (experiment/tracking.py, outputs/tracking/).
+    tracking: Tracking | None = None
 
     @field_validator("name")
     @classmethod

@@ -1,0 +1,92 @@
+"""The Experiment's `tracking:` section: which experiment trackers a run logs its results to, and how.
+
+    tracking:
+      wandb: {project: evalfleet, mode: offline, dir: wandb-runs}
+      mlflow: {tracking_uri: "sqlite:///mlflow.db", experiment: evalfleet}
+      tensorboard: {logdir: tb}
+      trackio: {project: evalfleet}
+
+Each sink is optional; what each logs and how an unreachable tracker is handled is outputs/tracking.
+`evalfleet run --track SINK[:TARGET]` writes the same keys (`tracking_flag_overrides`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:/ -]+$")]
+Path = Annotated[str, Field(min_length=1, max_length=4096)]
+DEFAULT_TIMEOUT_S = 120.0  # a new sqlite store migrates its tables first: ~8 s idle, much more on a busy machine
+
+
+class SinkOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    # The tracker run the points go to. Default: the output folder's name; with `evaluate(..., step=N)`
+    # the Experiment's name and its output's parent folder, so every step's call lands in one run (a curve).
+    run_name: Name | None = None
+
+
+class WandbOptions(SinkOptions):
+    project: Name = "evalfleet"
+    entity: Name | None = None
+    # None: WANDB_MODE, else W&B's own default (online). Offline runs are written under `dir`.
+    mode: Literal["online", "offline", "disabled"] | None = None
+    dir: Path | None = None  # default: OUT/tracking/wandb
+    group: Name | None = None
+    tags: list[Name] = Field(default_factory=list, max_length=50)
+
+
+class MlflowOptions(SinkOptions):
+    tracking_uri: Path | None = None  # default: sqlite:///OUT/tracking/mlflow.db
+    experiment: Name = "evalfleet"
+    artifact_location: Path | None = None  # a new experiment's; default: OUT/tracking/mlflow-artifacts
+
+
+class TensorboardOptions(SinkOptions):
+    logdir: Path | None = None  # default: OUT/tracking/tensorboard; event files under logdir/<run_name>
+
+
+class TrackioOptions(SinkOptions):
+    project: Name = "evalfleet"  # the store is trackio's own: TRACKIO_DIR (default ~/.cache/huggingface/trackio)
+
+
+class Tracking(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    wandb: WandbOptions | None = None
+    mlflow: MlflowOptions | None = None
+    tensorboard: TensorboardOptions | None = None
+    trackio: TrackioOptions | None = None
+    # The longest one sink may take to log (its network waits are bounded shorter); past it the run goes on.
+    timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0, le=3600, allow_inf_nan=False)
+
+    def sinks(self) -> dict[str, SinkOptions]:
+        """The configured sinks, by name, in a fixed order."""
+        chosen = {"wandb": self.wandb, "mlflow": self.mlflow, "tensorboard": self.tensorboard, "trackio": self.trackio}
+        return {name: options for name, options in chosen.items() if options is not None}
+
+
+SINK_NAMES = ("wandb", "mlflow", "tensorboard", "trackio")
+# What `--track SINK:TARGET` sets: the one option a target names.
+TARGET_KEYS = {"wandb": "project", "mlflow": "tracking_uri", "tensorboard": "logdir", "trackio": "project"}
+
+
+def tracking_flag_overrides(flags: list[str], *, where: str = "command line", key: str = "--track") -> list[str]:
+    """`--track wandb`, `--track mlflow:sqlite:///x.db`, `--track tensorboard:DIR`, `--track trackio:PROJECT` as
+    the overrides they stand for (`tracking.mlflow.tracking_uri=...`); an unknown sink is a UserError."""
+    from evalfleet.errors import UserError
+    from evalfleet.experiment.overrides import format_value
+
+    overrides = []
+    for flag in flags:
+        sink, sep, target = flag.partition(":")
+        if sink not in SINK_NAMES:
+            raise UserError(f"unknown tracking sink {sink!r} in {flag!r}; sinks: {', '.join(SINK_NAMES)} "
+                            "(e.g. --track mlflow:sqlite:///mlflow.db)", where=where, key=key)
+        if sep and not target:
+            raise UserError(f"{flag!r}: nothing after ':'; write --track {sink} or --track {sink}:"
+                            f"{TARGET_KEYS[sink].upper()}", where=where, key=key)
+        overrides.append(f"tracking.{sink}.{TARGET_KEYS[sink]}={format_value(target)}" if target
+                         else f"tracking.{sink}={{}}")
+    return overrides
