@@ -142,3 +142,18 @@ def test_bind_and_token_rules() -> None:
     assert generated and len(generated) >= 16 and generated != check_token("0.0.0.0", None)
     with pytest.raises(UserError, match="--token"):
         check_token("0.0.0.0", "short")
+
+
+def test_a_bad_serve_report_value_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    import subprocess
+
+    from evalfleet_testkit import ROOT, evalfleet_cmd
+
+    exp = tmp_path / "exp.yaml"
+    exp.write_text("name: t\nruns:\n  a:\n    environment: {type: metaworld, task: push-v3}\n"
+                   "    policy: {type: metaworld_expert}\n    rollout_limit: {num_episodes: 1}\n")
+    done = subprocess.run(evalfleet_cmd("run", str(exp), "--output", str(tmp_path / "out"), "--serve-report",
+                                        "localhost:http"), cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 2 and "--serve-report" in done.stderr and "[HOST:]PORT" in done.stderr
+    assert not (tmp_path / "out").exists()
