@@ -162,6 +162,14 @@ def test_a_killed_or_hung_runner_is_relaunched_and_loses_nothing(reference, writ
     assert outcomes[0] == ("stalled" if sig == signal.SIGSTOP else "signal")
     log = (out / ".evalfleet" / "worker-0.log").read_text()  # the forked first attempt, then a fresh process
     assert "attempt 1: forked pid" in log and "attempt 2: started pid" in log
+    # The episode in flight when the runner died or stalled has an error record saying so at attempt 1 (written
+    # by the relaunched runner), and was played again as attempt 2: a success.
+    records = [json.loads(line) for part in sorted(out.glob("*/parts/*.jsonl"))
+               for line in part.read_text().splitlines()]
+    lost = [(r["run"], r["episode"], r["attempt"], r["failure_code"]) for r in records if r["status"] == "error"]
+    assert lost == [("reach", 1, 1, "stall" if sig == signal.SIGSTOP else "runner_crash")], lost
+    merged = [json.loads(line) for line in (out / "reach" / "episode_results.jsonl").read_text().splitlines()]
+    assert [(r["status"], r["attempt"]) for r in merged if r["episode"] == 1] == [("success", 2)]
 
 
 def test_a_run_that_never_progresses_is_marked_failed_and_the_others_finish(write_experiment, tmp_path):
