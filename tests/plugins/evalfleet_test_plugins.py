@@ -14,7 +14,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from evalfleet.policies.base import POLICIES, BasePolicy
-from evalfleet.policies.builtin import MetaworldExpertPolicy, NoOptions
+from evalfleet.policies.builtin import ExpertOptions, MetaworldExpertPolicy, NoOptions
 
 
 class FlakyExpert(MetaworldExpertPolicy):
@@ -107,7 +107,7 @@ class GatedExpert(MetaworldExpertPolicy):
     the next one (`wait_at_gate(options["gate"])`) until the test releases the gate or stops the process."""
 
     def __init__(self, options: dict, context: Any):
-        super().__init__(NoOptions(), context)
+        super().__init__(ExpertOptions(chunk_size=int(options.get("chunk_size", 1))), context)  # chunks: issue #28
         self.gate = Path(options["gate"])
         self.after = int(options.get("after_episodes", 1))
 

@@ -31,8 +31,10 @@ from evalfleet.errors import UserError
 RECORD_KEYS = {
     "run", "task", "policy", "episode", "seed", "status", "success", "episode_length", "duration_s", "variations",
     "attempt", "timestamp", "error", "video", "policy_latency_ms", "progress", "job_name", "env_id",
-    "episode_in_env", "_source",
+    "episode_in_env", "_source", "timing",
 }
+# A record's `timing` values read as factors `timing.<key>` (Runs at several fixed latencies on one curve).
+TIMING_FACTORS = ("latency_ms", "latency_steps", "stale_ratio")
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,11 @@ def factor_values(record: dict[str, Any]) -> dict[str, Any]:
     for k, v in record.items():
         if k not in RECORD_KEYS and "." in k and k not in out:
             out[k] = v
+    timing = record.get("timing")  # a simulated or wall-clock Run's latency (rollout/latency.py) is a factor too
+    if isinstance(timing, dict):
+        for k in TIMING_FACTORS:
+            if timing.get(k) is not None:
+                out.setdefault(f"timing.{k}", timing[k])
     return out
 
 

@@ -263,11 +263,13 @@ def _build(doc: dict[str, Any], where: str) -> Experiment:
     from evalfleet.experiment.arena_keys import resolve_arena_keys
     from evalfleet.experiment.replay import attach_conditions
     from evalfleet.experiment.stopping import resolve_stopping
+    from evalfleet.experiment.timing import attach_recorded_latencies
     from evalfleet.experiment.validation import validate_types
 
     try:
         runs = resolve_arena_keys(runs, where)  # Arena's environment_builder keys (experiment/arena_keys.py)
         runs = attach_conditions(runs, where)  # `conditions: FILE` → the Run's inline list (experiment/replay.py)
+        runs = attach_recorded_latencies(runs, where)  # `timing.latency.recorded: FILE` → its list (timing.py)
         merged = {**top, "runs": runs, "shared": shared}
         exp = Experiment.model_validate(merged)
         for name, run in exp.runs.items():

@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, mode
 
 from evalfleet.experiment.tracking import Tracking
 
+from evalfleet.experiment.timing import Timing
+
 # Counts and seeds take whole numbers only: lax pydantic would read `num_episodes: true` as 1.
 Int = Annotated[int, Strict()]
 
@@ -279,6 +281,8 @@ class Run(Strict):
     stopping: Stopping | None = None
     # A condition set replayed (experiment/replay.py): at load `conditions: FILE` becomes the inline list.
     conditions: dict[str, Any] | None = None
+    # What the policy's inference time costs it (experiment/timing.py; None: sync, the world waits for the policy).
+    timing: Timing | None = None
 
     # Arena's `labels: {task, policy}`: the same tags as `task` / `policy_name` (both set differently: refused).
     labels: RunLabels | None = None

@@ -15,6 +15,7 @@ from evalfleet.errors import UserError
 from evalfleet.experiment.arena_types import is_external_type, unknown_type_hint
 from evalfleet.experiment.key_paths import key_path, union_message
 from evalfleet.experiment.schema import Run
+from evalfleet.experiment.timing import LATENCY_VARIATION, check_run_timing
 from evalfleet.secrets import mask_url, shown_input
 
 
@@ -58,6 +59,7 @@ def validate_types(run: Run, where: str, key: str) -> None:
             _validate_options(env.options, run.environment.options(), where, f"{key}.environment")
         _validate_builder(run, env.info, where, key)
         _validate_variations(run, env.info, where, key)
+    check_run_timing(run, where, key)  # timing: and the policy.latency_ms variation (experiment/timing.py)
     policy = _lookup(POLICIES, run.policy.type, where, f"{key}.policy.type")
     if policy is not None and policy.options is not None:
         _validate_options(policy.options, run.policy.options(), where, f"{key}.policy")
@@ -137,6 +139,8 @@ def _validate_builder(run: Run, info: Any, where: str, key: str) -> None:
 
 def _validate_variations(run: Run, info: Any, where: str, key: str) -> None:
     for name, spec in run.variations.items():
+        if name == LATENCY_VARIATION:  # the Run's own variation, not its environment's: check_run_timing
+            continue
         vkey = f"{key}.variations.{name}"
         variation = info.variations.get(name)
         if variation is None:

@@ -14,6 +14,12 @@ class NoOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class ExpertOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    chunk_size: int = Field(default=1, gt=0, le=10_000,
+                            description="actions returned per call: an open-loop plan of the expert when > 1")
+
+
 class ChunkOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     chunk_size: int = Field(default=1, gt=0, description="actions returned per call (an action chunk when > 1)")
@@ -56,10 +62,17 @@ def expert_class_name(task: str) -> str:
     return f"Sawyer{camel}V3Policy"
 
 
-class MetaworldExpertPolicy(BasePolicy):
-    """The task's scripted expert from Meta-World, acting on `observation/state`."""
+# Meta-World moves the hand's mocap by the action's clipped xyz times this per step (SawyerXYZEnv.action_scale).
+METAWORLD_ACTION_SCALE = 1.0 / 100
 
-    def __init__(self, options: NoOptions, context: PolicyContext):
+
+class MetaworldExpertPolicy(BasePolicy):
+    """The task's scripted expert from Meta-World, acting on `observation/state`. With `chunk_size` H > 1 it
+    returns an action chunk: its own plan for the next H steps, made by asking the expert again with the hand
+    moved as each planned action would move it (the objects assumed still), so a chunk is what a chunking
+    policy would predict and goes stale as the world moves on without it."""
+
+    def __init__(self, options: ExpertOptions | NoOptions, context: PolicyContext):
         import metaworld.policies as mw_policies
 
         task = context.env_options.get("task", context.task)
@@ -67,9 +80,18 @@ class MetaworldExpertPolicy(BasePolicy):
         if cls is None:
             raise ValueError(f"Meta-World has no scripted expert for task {task!r}")
         self.expert = cls()
+        self.chunk_size = getattr(options, "chunk_size", 1)
 
     def act(self, observation: dict[str, Any], env_id: int = 0) -> np.ndarray:
-        return np.asarray(self.expert.get_action(observation["observation/state"]), dtype=np.float32)
+        state = np.asarray(observation["observation/state"], dtype=np.float64)
+        if self.chunk_size == 1:
+            return np.asarray(self.expert.get_action(state), dtype=np.float32)
+        state, chunk = state.copy(), []
+        for _ in range(self.chunk_size):
+            action = np.asarray(self.expert.get_action(state), dtype=np.float32)
+            chunk.append(action)
+            state[:3] += np.clip(action[:3], -1.0, 1.0) * METAWORLD_ACTION_SCALE
+        return np.stack(chunk)
 
 
 POLICIES.register("zero", options=ChunkOptions, summary="all-zero actions (a do-nothing baseline)")(
@@ -78,6 +100,7 @@ POLICIES.register("zero", options=ChunkOptions, summary="all-zero actions (a do-
 POLICIES.register("random", options=ChunkOptions, summary="uniform random actions, seeded per episode")(
     lambda options, context: RandomPolicy(_validated(ChunkOptions, options), context)
 )
-POLICIES.register("metaworld_expert", options=NoOptions, summary="Meta-World's scripted expert for the Run's task")(
-    lambda options, context: MetaworldExpertPolicy(_validated(NoOptions, options), context)
+POLICIES.register("metaworld_expert", options=ExpertOptions,
+                  summary="Meta-World's scripted expert for the Run's task (chunk_size: its action chunks)")(
+    lambda options, context: MetaworldExpertPolicy(_validated(ExpertOptions, options), context)
 )

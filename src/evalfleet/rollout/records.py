@@ -43,6 +43,10 @@ class EpisodeRecord:
     failure_code: str | None = None
     protocol: str | None = None
 
+    # A Run whose `timing:` is not sync (rollout/latency.py): mode, latency_ms, latency_steps, held_steps,
+    # stale_steps, stale_ratio; absent for sync Runs, whose records are as they always were.
+    timing: dict[str, Any] | None = None
+
     def to_json(self) -> dict[str, Any]:
         # Shallow (not dataclasses.asdict, which deep-copies): the dict is serialised at once.
         data = {k: v for k in self.__dataclass_fields__ if (v := getattr(self, k)) is not None or k == "success"}

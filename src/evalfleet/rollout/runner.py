@@ -29,14 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-import numpy as np
-
 from evalfleet.experiment.plan import EpisodeSpec, RunPlan, Shard
 from evalfleet.layout import part_path, timings_path
 from evalfleet.rollout.actions import checked_action
 from evalfleet.rollout.failures import (check_records_protocol, describe_error, env_code, policy_code,
                                         recording_code, run_logs, run_protocol, task_code, write_protocol)
 from evalfleet.rollout.heartbeat import HeartbeatWriter
+from evalfleet.rollout.latency import LatencyModel, enqueue
 from evalfleet.rollout.inflight import InFlight, runner_in_flight
 from evalfleet.rollout.records import EpisodeRecord, RecordWriter, RunScope, read_run_records
 from evalfleet.rollout.timings import PhaseTimings, worker_name
@@ -86,6 +85,7 @@ class _Slot:
     calls: int = 0
     video: Any = None  # EpisodeVideo while this episode is being recorded
     progress: Any = None  # the env's progress for this episode (StepResult.info["progress"]), if it reports one
+    timing: Any = None  # a simulated-latency Run's latency.EpisodeTiming of this episode
 
 
 @dataclass
@@ -147,6 +147,7 @@ class ShardRunner:
         self._policy: Any = None
         self.timings = PhaseTimings()  # aggregated in memory, written once per shard (rollout/timings.py)
         self._built_at: float | None = None  # perf_counter when the envs were built, until the first record
+        self.latency = LatencyModel.of_run(plan.name, plan.run)  # None: the world waits for the policy (sync)
 
     # -- what to run ---------------------------------------------------------------------------
     def _pending(self, shard: Shard) -> collections.deque:
@@ -285,6 +286,7 @@ class ShardRunner:
             slot.spec, slot.attempt, slot.steps, slot.latency_s, slot.calls = spec, attempt, 0, 0.0, 0
             slot.progress = None
             slot.queue.clear()
+            slot.timing = self.latency.episode(spec, slot.env) if self.latency else None
             slot.started = time.monotonic()
             self.in_flight.started(slot.env_id, self.plan.name, progress.outcome.shard, index, attempt)
             stage = env_code  # what failed, for the record's code: the env's reset, the policy's, the video
@@ -341,6 +343,7 @@ class ShardRunner:
             policy_latency_ms=round(1000 * slot.latency_s / slot.calls, 3) if slot.calls else None,
             progress=None if error else slot.progress,
             policy_provenance=getattr(self._policy, "provenance", None),
+            timing=slot.timing.record(slot.queue, slot.steps) if slot.timing else None,
             failure_code=None if status == "success" else (code or POLICY_ERROR.code),
             protocol=self.protocol.identity,
         )
@@ -381,13 +384,7 @@ class ShardRunner:
         if len(actions) != len(slots):
             raise RuntimeError(f"policy returned {len(actions)} actions for {len(slots)} observations")
         for slot, action in zip(slots, actions):
-            chunk = np.asarray(action)
-            if chunk.ndim == 1:  # one action: the common case, queued as it is
-                slot.queue.append(chunk)
-            elif chunk.ndim != 2 or chunk.shape[0] == 0:
-                raise ValueError(f"policy returned an action of shape {np.shape(action)}; expected (A,) or (H, A)")
-            else:
-                slot.queue.extend(chunk[:horizon] if horizon else chunk)
+            enqueue(slot.queue, action, horizon, slot.timing)  # a simulated latency: late (rollout/latency.py)
             slot.latency_s += elapsed
             slot.calls += 1
 
