@@ -15,7 +15,7 @@ from evalfleet_testkit import PLUGINS_DIR
 
 if str(PLUGINS_DIR) not in sys.path:
     sys.path.insert(0, str(PLUGINS_DIR))
-import evalfleet_failure_plugins  # noqa: F401 - registers test_faulty and test_zero (the path above first)
+import evalfleet_failure_plugins  # registers test_faulty and test_zero (the path above first)
 from evalfleet.errors import UserError
 from evalfleet.execution.output_dir import prepare_output
 from evalfleet.experiment.loading import load_experiment
@@ -111,3 +111,24 @@ def test_resume_refuses_records_of_another_protocol(write_experiment, tmp_path):
     assert [p.read_bytes() for p in parts[1:]] == [before[p] for p in parts[1:]]  # nothing written
     with pytest.raises(UserError, match="protocol"):  # the runner refuses too (a backend that resumes on its own)
         run_shards(plan.runs, plan.shards, out)
+
+
+def test_a_served_policy_whose_server_is_gone_after_its_reconnects_is_server_lost(write_experiment, tmp_path):
+    from evalfleet.policies.base import PolicyContext
+    from evalfleet.serving.openpi import OpenpiServer
+    from evalfleet.serving.process import ServerThread
+
+    served = evalfleet_failure_plugins.ZeroPolicy({}, PolicyContext(run="r", task="toy", env_type="test_faulty",
+                                                                    action_dim=2))
+    thread = ServerThread(OpenpiServer(served, host="127.0.0.1", port=0)).start()
+    policy = {"type": "openpi_remote", "host": "127.0.0.1", "port": int(thread.port), "connect_timeout_s": 0.3,
+              "max_retries": 1, "backoff_s": 0.05}
+    loaded = load_experiment(write_experiment({"r": _toy(episodes=3, policy=policy)}), [])
+    plan = make_plan(loaded, shard_size=100)
+    out = tmp_path / "out"
+    try:  # the server goes once the first episode is recorded: the next ones find it gone
+        run_shards(plan.runs, plan.shards, out, on_record=lambda record: thread.stop())
+    finally:
+        thread.stop()
+    records = [json.loads(line) for line in next((out / "r" / "parts").glob("*.jsonl")).read_text().splitlines()]
+    assert _codes(records) == [("failure", "step_limit"), ("error", "server_lost"), ("error", "server_lost")]
