@@ -7,34 +7,23 @@ server gets one try per request with a bounded timeout (MLFLOW_HTTP_REQUEST_MAX_
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from pathlib import Path
-from typing import Iterator
 
 from evalfleet.experiment.tracking import MlflowOptions
 from evalfleet.outputs.tracking.payload import Point
 from evalfleet.outputs.tracking.sinks import SinkContext
+from evalfleet.secrets import exported
 
 RUN_TAG = "evalfleet.tracker_run"
 PARAMS = ("config_sha256", "backend", "experiment_file")
 
 
-@contextlib.contextmanager
-def bounded_requests(timeout_s: float) -> Iterator[None]:
-    """MLflow reads its HTTP retry and timeout settings from the environment at each request."""
-    wanted = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
-              "MLFLOW_HTTP_REQUEST_TIMEOUT": str(max(1, int(min(10.0, timeout_s / 3))))}
-    before = {key: os.environ.get(key) for key in wanted}
-    os.environ.update(wanted)
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+def bounded_requests(timeout_s: float) -> contextlib.AbstractContextManager[None]:
+    """MLflow reads its HTTP retry and timeout settings from the environment at each request: set them while
+    this sink runs, restored afterwards (the same context as the secrets' export)."""
+    return exported({"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+                     "MLFLOW_HTTP_REQUEST_TIMEOUT": str(max(1, int(min(10.0, timeout_s / 3))))})
 
 
 def log_point(options: MlflowOptions, point: Point, context: SinkContext) -> None:
