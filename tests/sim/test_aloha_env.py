@@ -1,7 +1,8 @@
 """ALOHA (gym-aloha on dm_control): the adapter declares its 14-D action space, state and cameras; an
 episode depends on its seed only; success is gym-aloha's `info["is_success"]` (detected by putting the
 scene into a success state); variations never leak into the next nominal episode; cameras render
-offscreen exactly as dm_control renders them; bad options are load errors naming the key."""
+offscreen exactly as dm_control renders them; bad options are load errors naming the key; diverging
+physics raises PhysicsError."""
 
 from __future__ import annotations
 
@@ -132,15 +133,14 @@ def test_bad_options_are_load_errors_naming_the_key(write_experiment):
         load_experiment(write_experiment({"r": run}))
 
 
-def test_actions_that_make_the_physics_diverge_end_the_episode_as_a_failure():
+def test_actions_that_make_the_physics_diverge_raise_physics_error():
+    from evalfleet.sim.protocol import PhysicsError
+
     env = _make_aloha({"task": "transfer_cube", "actions": "normalized", "max_steps": 400}, {})
     start = env.reset(0, {})["observation/state"]
-    for step in range(env.max_steps):  # every joint's target flung from one end of its range to the other
-        result = env.step(np.full(14, 1.0 if step % 2 else -1.0))
-        if result.done:
-            break
-    assert result.done and not result.success and result.info["steps"] < env.max_steps
-    assert "physics_error" in result.info and "Physics state is invalid" in result.info["physics_error"]
-    assert result.observation["observation/state"].shape == (35,)
+    with pytest.raises(PhysicsError, match="Physics state is invalid") as err:
+        for step in range(env.max_steps):  # every joint's target flung from one end of its range to the other
+            env.step(np.full(14, 1.0 if step % 2 else -1.0))
+    assert "unstable at step" in str(err.value) and int(str(err.value).split("step ")[1].split(":")[0]) < 400
     np.testing.assert_array_equal(env.reset(0, {})["observation/state"], start)  # the next episode is sound
     env.close()

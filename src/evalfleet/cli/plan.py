@@ -126,6 +126,7 @@ def plan_lines(name: str, plan, width: int, *, order: str | None = None) -> list
     title = f"{name}: {plan.total_episodes} episodes, {len(plan.shards)} shards"
     lines = table_lines(columns, rows, width, title=title)
     lines.extend(spec_check_lines(plan, width))
+    lines.extend(protocol_lines(plan, width))
     if order:
         lines.extend(wrap_fields(order.split(" "), width, gap=" ", hanging="  "))
     if not plan.servers:
@@ -154,6 +155,24 @@ def spec_check_lines(plan, width: int) -> list[str]:  # an experiment.plan.Plan
         lines.append(f"{rp.name}:")
         for text in (f"policy: {declared}", f"against {provided}"):
             lines.extend("  " + line for line in wrap_fields(text.split(" "), width - 2, gap=" ", hanging="    "))
+    return lines
+
+
+def protocol_lines(plan, width: int) -> list[str]:  # an experiment.plan.Plan
+    """What each Run's episodes are judged by (sim/protocol.py): the task's protocol identity, its milestones and
+    the failure codes its adapter tells apart (beyond the codes every Run can produce)."""
+    from evalfleet.sim.base import task_protocol
+    from evalfleet.textlayout import wrap_fields
+
+    head = "judged by (the protocol each record carries; a changed protocol is a new measurement):"
+    lines = ["", *wrap_fields(head.split(" "), width, gap=" ", hanging="  ")]
+    for rp in plan.runs.values():
+        protocol = task_protocol(rp.run.environment.type, rp.run.environment.options())
+        words = [f"{rp.name}:", protocol.task, f"protocol {protocol.identity[:12]};"]
+        if protocol.milestones:
+            words += ["milestones", " → ".join(protocol.milestones) + ";"]
+        words += ["failure codes", ", ".join(c.code for c in protocol.failures) or "none of its own", "+ common"]
+        lines.extend(wrap_fields(" ".join(words).split(" "), width, gap=" ", hanging="  "))
     return lines
 
 

@@ -12,7 +12,8 @@ Episodes: gym-aloha's `reset(seed=)` draws the cube's (or the peg's and socket's
 and resets the physics (`mj_resetData`), so episode i depends on its seed only. Model values a
 variation changes (friction, masses) are put back to nominal before every reset. Actions that make
 the physics diverge (dm_control's PhysicsError, e.g. uniform random targets over the joints' whole
-ranges) end the episode as a failure, with `physics_error` in the step's info.
+ranges) raise evalfleet's PhysicsError: the episode's record says `physics_error`. Failure codes:
+`object_off_table` / `object_dropped` from the free objects' heights (sim/task_codes.py).
 
 State vector by `obs_type`: `state`: qpos (14: per arm 6 joints, gripper 0..1), qvel (14), object
 pose(s) (transfer_cube 7: cube xyz + quat; insertion 14: peg, socket); `pixels_agent_pos`: qpos (14,
@@ -29,7 +30,9 @@ import numpy as np
 from evalfleet.sim.base import StepResult
 from evalfleet.sim.mujoco_env import MujocoEnvironment
 from evalfleet.sim.mujoco_scene import PhysicsScales
+from evalfleet.sim.mujoco_watch import ObjectWatch, PhysicsWatch
 from evalfleet.sim.noise import RobotNoise
+from evalfleet.sim.protocol import PhysicsError
 from evalfleet.sim.rendering import RendererCache
 
 if TYPE_CHECKING:
@@ -80,9 +83,10 @@ class AlohaEnvironment(MujocoEnvironment):
 
         self._physics_error = PhysicsError
         self._renderers = RendererCache(lambda: self.model, options.image_hw(), options.render_quality)
-        self._last: dict[str, Any] = {}
         self._steps = 0
         self._noise = RobotNoise()
+        self._stability = PhysicsWatch()
+        self._objects = ObjectWatch(model)
 
     @property
     def model(self) -> Any:
@@ -110,6 +114,8 @@ class AlohaEnvironment(MujocoEnvironment):
         raw, _info = self.env.reset(seed=int(seed) % 2**32)
         self._steps = 0
         self._noise.reset(seed, variations)
+        self._stability.reset(self.data)
+        self._objects.reset(self.data)
         return self._observation(raw)
 
     def step(self, action: np.ndarray) -> StepResult:
@@ -122,12 +128,11 @@ class AlohaEnvironment(MujocoEnvironment):
         self._steps += 1
         try:
             raw, reward, _terminated, _truncated, info = self.env.step(a)
-        except self._physics_error as exc:
-            # The commanded joint targets made the physics diverge (dm_control checks every step): the
-            # policy's doing, deterministic, so the episode ends as a failure, not an infrastructure error.
-            self._last = {**self._last, "prompt": self.instruction}
-            return StepResult(self._last, False, True, {"steps": self._steps, "reward": 0.0,
-                                                        "physics_error": str(exc).splitlines()[0]})
+        except self._physics_error as exc:  # the commanded joint targets made the physics diverge
+            raise PhysicsError(f"the simulation became unstable at step {self._steps}: "
+                               f"{str(exc).splitlines()[0]}") from exc
+        self._stability.check(self._steps)
+        self._objects.update(self.data)
         success = bool(info["is_success"])
         done = success or self._steps >= self.max_steps
         return StepResult(self._observation(raw), success, done, {"steps": self._steps, "reward": float(reward)})
@@ -140,5 +145,7 @@ class AlohaEnvironment(MujocoEnvironment):
         )
         state = self._noise.observation(state)
         out: dict[str, Any] = {"observation/state": state, "prompt": self.instruction}
-        self._last = self.camera_images(out, is_wrist=lambda camera: camera.endswith("_wrist"))  # the first listed
-        return self._last
+        return self.camera_images(out, is_wrist=lambda camera: camera.endswith("_wrist"))  # the first listed
+
+    def failure_code(self) -> str | None:
+        return self._objects.code()

@@ -18,10 +18,12 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from evalfleet.sim.base import EnvironmentInfo
+from evalfleet.sim.protocol import TaskProtocol
 from evalfleet.sim.registration import register_environment
 from evalfleet.sim.spec_checks import (Actions, CameraOptions, ImageSize, Int, RenderQuality, max_steps_field)
 from evalfleet.sim.standard_variations import (FRICTION_SCALE, action_noise, mass_scale, observation_noise,
                                               variation_table)
+from evalfleet.sim.task_codes import OBJECT_CODES, object_parameters
 
 TASKS = ("insertion", "transfer_cube")
 INSTRUCTIONS = {
@@ -72,9 +74,19 @@ VARIATIONS = variation_table(
     mass_scale("every free object (cube; peg and socket)"),
 )
 
+
+
+def task_protocol(opts: AlohaOptions) -> TaskProtocol:
+    return TaskProtocol(
+        task=f"aloha:{opts.task}",
+        success="gym-aloha's info['is_success'] (the task's top reward, 4), checked after every step; it ends the "
+                "episode",
+        failures=OBJECT_CODES, parameters=object_parameters(task=opts.task, max_steps=opts.max_steps))
+
+
 _make_aloha = register_environment(
     "aloha", "evalfleet.sim.aloha_env:AlohaEnvironment", options=AlohaOptions,
     arguments=lambda opts: (opts.task_instruction(),),
     summary="ALOHA bimanual sim (gym-aloha, dm_control, CPU): insertion, transfer_cube; needs evalfleet[aloha]",
-    info=EnvironmentInfo(variations=VARIATIONS, action_dim=ACTION_DIM),
+    info=EnvironmentInfo(variations=VARIATIONS, action_dim=ACTION_DIM, protocol=task_protocol),
 )

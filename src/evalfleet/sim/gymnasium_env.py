@@ -86,6 +86,7 @@ class GymnasiumAdapter(EnvironmentBase):
         actions: str = "native",
         camera_names: dict[str, str] | None = None,
         render_camera: str | None = None,
+        failure: Callable[["GymnasiumAdapter"], str | None] | None = None,
     ):
         self.name = name  # for messages: the Gymnasium id
         self.env = make_env()
@@ -96,6 +97,12 @@ class GymnasiumAdapter(EnvironmentBase):
         self.actions = actions
         self.camera_names = camera_names or {}
         self.render_camera = render_camera  # a camera filled from env.render() (render_mode rgb_array)
+        # The task failure code of an episode that ended without success (`failure_code`), from this adapter's
+        # `first_info`/`last_info`/`terminated`; None: nothing finer than the step limit.
+        self._failure = failure
+        self.first_info: dict[str, Any] = {}  # the reset's info
+        self.last_info: dict[str, Any] = {}  # the last step's
+        self.terminated = False  # the last step terminated (not truncated)
         self._init_action_space(self.env.action_space)
         self.deterministic: bool | None = None  # known after the first reset
         self._steps = 0
@@ -125,9 +132,9 @@ class GymnasiumAdapter(EnvironmentBase):
 
     # -- episode ---------------------------------------------------------------------------------
     def reset(self, seed: int, variations: dict[str, Any]) -> dict[str, Any]:
-        obs, _info = self.env.reset(seed=int(seed))
+        obs, info = self.env.reset(seed=int(seed))
         if self.deterministic is None:
-            again, _info = self.env.reset(seed=int(seed))
+            again, info = self.env.reset(seed=int(seed))
             self.deterministic = _same(obs, again)
             if not self.deterministic:
                 message = (f"{self.name} is not deterministic: two resets with seed {seed} gave different first "
@@ -136,6 +143,7 @@ class GymnasiumAdapter(EnvironmentBase):
                 warnings.warn(message, RuntimeWarning, stacklevel=2)
             obs = again
         self._steps = 0
+        self.first_info, self.last_info, self.terminated = dict(info or {}), {}, False
         self._action_noise = float(variations.get("robot.action_noise") or 0.0)
         self._obs_noise = float(variations.get("robot.observation_noise") or 0.0)
         self._action_rng = noise_rng(seed, "robot.action_noise")
@@ -145,9 +153,13 @@ class GymnasiumAdapter(EnvironmentBase):
     def step(self, action: np.ndarray) -> StepResult:
         obs, reward, terminated, truncated, info = self.env.step(self._env_action(action))
         self._steps += 1
+        self.last_info, self.terminated = info, bool(terminated) and not truncated
         success = self.success_rule(reward, terminated, truncated, info)
         done = success or bool(terminated) or bool(truncated) or self._steps >= self.max_steps
         return StepResult(self._observation(obs), success, done, {"steps": self._steps, "reward": float(reward)})
+
+    def failure_code(self) -> str | None:
+        return self._failure(self) if self._failure is not None else None
 
     def _env_action(self, action: Any) -> Any:
         a = np.asarray(action, dtype=np.float64).reshape(self.action_dim)

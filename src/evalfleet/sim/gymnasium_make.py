@@ -8,12 +8,17 @@ import importlib
 from typing import Any
 
 from evalfleet.sim.gymnasium_env import GymnasiumAdapter, SuccessRule
-from evalfleet.sim.gymnasium_spec import GymnasiumOptions, SuccessOptions
+from evalfleet.sim.gymnasium_spec import TERMINATED, GymnasiumOptions, SuccessOptions
 from evalfleet.sim.spec_checks import EnvironmentOptionsError
 
 
 def success_rule(success: SuccessOptions) -> SuccessRule:
     return SuccessRule(success.info_key, success.reward_at_least, bool(success.terminated))
+
+
+def terminated_code(adapter: GymnasiumAdapter) -> str | None:
+    """`terminated` when the env ended the episode itself (its success rule is not termination), else None."""
+    return TERMINATED.code if adapter.terminated else None
 
 
 def make_gymnasium_env(opts: GymnasiumOptions) -> GymnasiumAdapter:
@@ -42,4 +47,5 @@ def make_gymnasium_env(opts: GymnasiumOptions) -> GymnasiumAdapter:
 
     return GymnasiumAdapter(make, name=opts.id, success=success_rule(opts.success), instruction=opts.instruction,
                             max_steps=opts.max_steps, actions=opts.actions,
-                            render_camera="render" if opts.render else None)
+                            render_camera="render" if opts.render else None,
+                            failure=None if opts.success.terminated else terminated_code)

@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from evalfleet.sim.base import EnvironmentInfo
+from evalfleet.sim.protocol import FailureCode, TaskProtocol
 from evalfleet.sim.registration import register_environment
 from evalfleet.sim.spec_checks import Actions, EnvironmentOptions, Int, max_steps_field
 from evalfleet.sim.standard_variations import action_noise, observation_noise, variation_table
@@ -99,8 +100,25 @@ NOISE_VARIATIONS = variation_table(
                       "units)", 0.05),
 )
 
+TERMINATED = FailureCode("terminated", "the environment terminated the episode itself (not by its step limit) "
+                         "without success")
+
+
+def task_protocol(opts: GymnasiumOptions) -> TaskProtocol:
+    """An id's protocol: its success rule, step limit and make kwargs are the parameters (a kwarg can change the
+    task itself)."""
+    rule = opts.success.model_dump(exclude_none=True)
+    (kind, value), = rule.items()
+    success = {"info_key": f"info[{value!r}] is truthy at a step", "reward_at_least": f"a step's reward >= {value}",
+               "terminated": "the environment terminates the episode (not truncation)"}[kind]
+    return TaskProtocol(task=f"gymnasium:{opts.id}", success=f"{success}; it ends the episode",
+                        failures=() if kind == "terminated" else (TERMINATED,),
+                        parameters={"id": opts.id, "success": rule, "max_steps": opts.max_steps,
+                                    "kwargs": opts.kwargs})
+
+
 _make_gymnasium = register_environment(
     "gymnasium", "evalfleet.sim.gymnasium_make:make_gymnasium_env", options=GymnasiumOptions,
     summary="any registered Gymnasium environment id (deterministic where the environment is)",
-    info=EnvironmentInfo(variations=NOISE_VARIATIONS),
+    info=EnvironmentInfo(variations=NOISE_VARIATIONS, protocol=task_protocol),
 )

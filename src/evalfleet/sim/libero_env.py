@@ -78,6 +78,7 @@ class LiberoEnvironment(RobosuiteBase):
             obs, _reward, _done, _info = self.env.step(NOOP)
         self._steps = 0
         self._noise.reset(seed, variations)
+        self.start_watching()  # after settling: objects at rest are the episode's start
         return self._observation(obs)
 
     def succeeded(self) -> bool:

@@ -16,11 +16,13 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from evalfleet.sim.base import EnvironmentInfo
+from evalfleet.sim.protocol import TaskProtocol
 from evalfleet.sim.libero_tasks import CAMERAS
 from evalfleet.sim.registration import register_environment
 from evalfleet.sim.spec_checks import (CameraOptions, ImageSize, Int, RenderQuality, max_steps_field,
                                        not_bool)
 from evalfleet.sim.standard_variations import UNIT_ACTIONS, action_noise, observation_noise, variation_table
+from evalfleet.sim.task_codes import NEVER_REACHED, OBJECT_CODES, REACH_M, object_parameters
 
 SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10")
 # The step limits of LIBERO's reference evaluation (openpi's examples/libero/main.py), set from the
@@ -67,8 +69,25 @@ VARIATIONS = variation_table(
                       0.01),
 )
 
+
+
+def task_protocol(opts: LiberoOptions) -> TaskProtocol:
+    """A LIBERO task's protocol, the task named by its name whether the Run gave its index or its name (where
+    LIBERO is installed), so both spellings are one protocol."""
+    from evalfleet.sim.libero_tasks import libero_installed, task_index, task_names
+
+    task = task_names(opts.suite)[task_index(opts.suite, opts.task)] if libero_installed() else str(opts.task)
+    return TaskProtocol(
+        task=f"libero:{opts.suite}/{task}",
+        success="LIBERO's check_success() (the task's BDDL goal predicates), checked after every step; it ends "
+                "the episode",
+        failures=(*OBJECT_CODES, NEVER_REACHED),
+        parameters=object_parameters(suite=opts.suite, task=task, max_steps=opts.step_limit(),
+                                     settle_steps=opts.settle_steps, reach_m=REACH_M))
+
+
 _make_libero = register_environment(
     "libero", "evalfleet.sim.libero_env:LiberoEnvironment", options=LiberoOptions,
     summary="LIBERO's suites (libero_spatial/object/goal/10), fixed initial states; needs evalfleet[libero]",
-    info=EnvironmentInfo(variations=VARIATIONS, action_dim=ACTION_DIM),
+    info=EnvironmentInfo(variations=VARIATIONS, action_dim=ACTION_DIM, protocol=task_protocol),
 )

@@ -17,8 +17,10 @@ from evalfleet.sim.base import StepResult
 from evalfleet.sim.metaworld_spec import TASK_INSTRUCTIONS, MetaworldOptions, MetaworldProgress
 from evalfleet.sim.mujoco_env import MujocoEnvironment
 from evalfleet.sim.mujoco_scene import PhysicsScales, free_joints
+from evalfleet.sim.mujoco_watch import ObjectWatch, PhysicsWatch
 from evalfleet.sim.noise import RobotNoise
 from evalfleet.sim.rendering import RendererCache
+from evalfleet.sim.task_codes import NEVER_REACHED
 
 warnings.filterwarnings("ignore", message="Constant\\(s\\) may be too high", category=UserWarning)
 
@@ -64,6 +66,8 @@ class MetaworldEnvironment(MujocoEnvironment):
         self._steps = 0
         self._progress = MetaworldProgress()  # near object → halfway → success, from each step's info
         self._noise = RobotNoise()
+        self._stability = PhysicsWatch()
+        self._objects = ObjectWatch(model)
 
     # -- episode ---------------------------------------------------------------------------------
     def reset(self, seed: int, variations: dict[str, Any]) -> dict[str, Any]:
@@ -92,6 +96,8 @@ class MetaworldEnvironment(MujocoEnvironment):
         self._steps = 0
         self._progress = MetaworldProgress()  # a new tracker: the last episode's record keeps its own
         self._noise.reset(seed, variations)
+        self._stability.reset(self.env.data)
+        self._objects.reset(self.env.data)
         return self._observation(obs)
 
     def step(self, action: np.ndarray) -> StepResult:
@@ -99,10 +105,20 @@ class MetaworldEnvironment(MujocoEnvironment):
         action = self._noise.action(action).clip(-1.0, 1.0).astype(np.float32)
         obs, _reward, _terminated, _truncated, info = self.env.step(action)
         self._steps += 1
+        self._stability.check(self._steps)
+        self._objects.update(self.env.data)
         success = bool(info.get("success", 0.0))
         done = success or self._steps >= self.max_steps
         progress = self._progress.update(info, self._steps)
         return StepResult(self._observation(obs), success, done, {"steps": self._steps, "progress": progress})
+
+    def failure_code(self) -> str | None:
+        """object_off_table / object_dropped from the free objects' heights, else never_reached when the hand
+        never came near the object (the first progress criterion, `near_object`, never held)."""
+        code = self._objects.code()
+        if code is None and not self._progress.progress["criteria_by_name"]["near_object"]["complete"]:
+            code = NEVER_REACHED.code
+        return code
 
     def _apply_scene_variations(self, variations: dict[str, Any]) -> None:
         """Camera, light and colour variations, on a model already restored to nominal."""

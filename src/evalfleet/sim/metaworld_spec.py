@@ -9,11 +9,13 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from evalfleet.sim.base import EnvironmentInfo, VariationInfo
+from evalfleet.sim.protocol import TaskProtocol
 from evalfleet.sim.registration import register_environment
 from evalfleet.sim.spec_checks import (CameraOptions, ImageSize, Int, RenderQuality, check_name, check_names,
                                        max_steps_field)
 from evalfleet.sim.standard_variations import (FRICTION_SCALE, RGB, UNIT_ACTIONS, action_noise, mass_scale,
                                               observation_noise, uniform, variation_table, vector)
+from evalfleet.sim.task_codes import NEVER_REACHED, OBJECT_CODES, object_parameters
 
 # Meta-World 3.1.1's v3 tasks with the instruction a language-conditioned policy receives.
 TASK_INSTRUCTIONS: dict[str, str] = {
@@ -147,11 +149,6 @@ VARIATIONS = variation_table(
            [0.2, 0.2, 0.2], [0.9, 0.9, 0.9], components=RGB, nominal=None),
 )
 
-_make_metaworld = register_environment(
-    "metaworld", "evalfleet.sim.metaworld_env:MetaworldEnvironment", options=MetaworldOptions,
-    summary="Meta-World v3 (MuJoCo, CPU): 50 Sawyer manipulation tasks with scripted experts",
-    info=EnvironmentInfo(variations=VARIATIONS),
-)
 
 
 # Progress criteria from Meta-World v3's step `info` (every task's evaluate_state returns `near_object`,
@@ -159,6 +156,23 @@ _make_metaworld = register_environment(
 # half as far from its target as at the first step (task-agnostic, unlike `grasp_success`, which a push task never
 # reports). Each criterion counts from the first step it held, with an event at that step.
 PROGRESS_CRITERIA = ("near_object", "halfway", "success")
+
+
+def task_protocol(opts: MetaworldOptions) -> TaskProtocol:
+    """A Meta-World task's protocol: its progress criteria are the milestones; `never_reached` is the first one
+    never met."""
+    return TaskProtocol(
+        task=f"metaworld:{opts.task}",
+        success="Meta-World's own info['success'] (the task's evaluate_state) at any step; it ends the episode",
+        milestones=PROGRESS_CRITERIA, failures=(*OBJECT_CODES, NEVER_REACHED),
+        parameters=object_parameters(task=opts.task, max_steps=opts.max_steps))
+
+
+_make_metaworld = register_environment(
+    "metaworld", "evalfleet.sim.metaworld_env:MetaworldEnvironment", options=MetaworldOptions,
+    summary="Meta-World v3 (MuJoCo, CPU): 50 Sawyer manipulation tasks with scripted experts",
+    info=EnvironmentInfo(variations=VARIATIONS, protocol=task_protocol),
+)
 
 
 class MetaworldProgress:

@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import Field
 
 from evalfleet.sim.base import EnvironmentInfo
+from evalfleet.sim.protocol import FailureCode, TaskProtocol
 from evalfleet.sim.registration import register_environment
 from evalfleet.sim.spec_checks import Actions, EnvironmentOptions, Int, max_steps_field
 from evalfleet.sim.standard_variations import action_noise, observation_noise, variation_table
@@ -25,6 +26,13 @@ PUSHT_ID = "gym_pusht/PushT-v0"
 MAX_STEPS = 300  # gym-pusht's registered limit (LeRobot evaluates with the same)
 INSTRUCTION = "push the T-shaped block onto the T-shaped target"
 ACTION_LOW, ACTION_HIGH = 0.0, 512.0
+SUCCESS_COVERAGE = 0.95  # gym-pusht's success_threshold
+LOW_COVERAGE = 0.5  # an episode ending below it was far from the target
+MOVED_PX, MOVED_RAD = 1.0, 0.01  # how far the block must have moved from its start, or turned, to count as pushed
+BLOCK_UNTOUCHED = FailureCode("block_untouched", f"the block never moved (less than {MOVED_PX:g} px and "
+                              f"{MOVED_RAD:g} rad from its start): the agent never pushed it")
+LOW_COVERAGE_CODE = FailureCode("low_coverage", f"the block was pushed but ended covering less than "
+                                f"{LOW_COVERAGE:.0%} of the target")
 
 
 class PushTOptions(EnvironmentOptions):
@@ -46,8 +54,20 @@ VARIATIONS = variation_table(
     observation_noise("std of Gaussian noise (pixels; radians for the block angle) added to the state vector", 5.0),
 )
 
+
+
+def task_protocol(opts: PushTOptions) -> TaskProtocol:
+    return TaskProtocol(
+        task="pusht:PushT-v0",
+        success=f"the block covers more than {SUCCESS_COVERAGE:.0%} of the target (gym-pusht's info['is_success']); "
+                "it ends the episode",
+        failures=(BLOCK_UNTOUCHED, LOW_COVERAGE_CODE),
+        parameters={"max_steps": opts.max_steps, "success_coverage": SUCCESS_COVERAGE, "low_coverage": LOW_COVERAGE,
+                    "moved_px": MOVED_PX, "moved_rad": MOVED_RAD})
+
+
 _make_pusht = register_environment(
     "pusht", "evalfleet.sim.pusht_env:make_pusht_env", options=PushTOptions,
     summary="Push-T (gym-pusht, 2-D, CPU): push a T-shaped block onto a target; needs evalfleet[pusht]",
-    info=EnvironmentInfo(variations=VARIATIONS, action_dim=2),
+    info=EnvironmentInfo(variations=VARIATIONS, action_dim=2, protocol=task_protocol),
 )

@@ -24,8 +24,10 @@ import numpy as np
 from evalfleet.sim.base import StepResult
 from evalfleet.sim.mujoco_env import MujocoEnvironment
 from evalfleet.sim.mujoco_scene import PhysicsScales
+from evalfleet.sim.mujoco_watch import ObjectWatch, PhysicsWatch
 from evalfleet.sim.noise import RobotNoise
 from evalfleet.sim.rendering import RendererCache
+from evalfleet.sim.task_codes import NEVER_REACHED
 
 if TYPE_CHECKING:  # the spec loads this module on first use; it passes the options and the instruction in
     from evalfleet.sim.robosuite_spec import RobosuiteOptions
@@ -76,8 +78,29 @@ def make_robosuite_env(options: RobosuiteOptions) -> Any:
 
 class RobosuiteBase(MujocoEnvironment):
     """What robosuite's adapter and LIBERO's (a robosuite env underneath) share: the model and data of its
-    MjSim, the gripper commands zeroed at a reset, and a step (noise, clipped to the bounds, the
-    benchmark's own success check)."""
+    MjSim, the gripper commands zeroed at a reset, a step (noise, clipped to the bounds, the benchmark's own
+    success check, PhysicsError on a non-finite state) and the failure codes read from the free objects and the
+    first arm's end effector (sim/task_codes.py)."""
+
+    _stability: PhysicsWatch | None = None
+    _objects: ObjectWatch | None = None
+
+    def start_watching(self) -> None:
+        """At the end of a reset: the episode's start for the physics and object watches."""
+        if self._objects is None:
+            self._stability = PhysicsWatch()
+            site = int(self.env.robots[0].eef_site_id)
+            self._objects = ObjectWatch(self.model, effector=lambda data: data.site_xpos[site])
+        self._stability.reset(self.data)
+        self._objects.reset(self.data)
+
+    def failure_code(self) -> str | None:
+        """object_off_table / object_dropped from the free objects' heights, else never_reached when the end
+        effector never came within REACH_M of an object."""
+        if self._objects is None:
+            return None
+        code = self._objects.code()
+        return code if code is not None or self._objects.reached else NEVER_REACHED.code
 
     @property
     def model(self) -> Any:
@@ -103,6 +126,9 @@ class RobosuiteBase(MujocoEnvironment):
         action = np.clip(action, self.action_low, self.action_high)
         obs, reward, _done, _info = self.env.step(action)
         self._steps += 1
+        if self._objects is not None:
+            self._stability.check(self._steps)
+            self._objects.update(self.data)
         success = self.succeeded()
         done = success or self._steps >= self.max_steps
         return StepResult(self._observation(obs), success, done, {"steps": self._steps, "reward": float(reward)})
@@ -131,6 +157,7 @@ class RobosuiteEnvironment(RobosuiteBase):
         self.zero_gripper_commands()
         self._steps = 0
         self._noise.reset(seed, variations)
+        self.start_watching()
         return self._observation(obs)
 
     def succeeded(self) -> bool:

@@ -14,11 +14,13 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from evalfleet.sim.base import EnvironmentInfo
+from evalfleet.sim.protocol import TaskProtocol
 from evalfleet.sim.registration import register_environment
 from evalfleet.sim.spec_checks import (CameraOptions, ImageSize, Int, RenderQuality, check_name, check_names,
                                        max_steps_field)
 from evalfleet.sim.standard_variations import (FRICTION_SCALE, UNIT_ACTIONS, action_noise, mass_scale,
                                               observation_noise, variation_table)
+from evalfleet.sim.task_codes import NEVER_REACHED, OBJECT_CODES, REACH_M, object_parameters
 
 # robosuite 1.4's single-arm tasks and the instruction a language-conditioned policy receives.
 TASK_INSTRUCTIONS: dict[str, str] = {
@@ -77,9 +79,21 @@ VARIATIONS = variation_table(
     mass_scale(),
 )
 
+
+
+def task_protocol(opts: RobosuiteOptions) -> TaskProtocol:
+    """A robosuite task's protocol; `control_freq` is a parameter: it sets how long `max_steps` lasts."""
+    return TaskProtocol(
+        task=f"robosuite:{opts.task}",
+        success="robosuite's own _check_success() for the task, checked after every step; it ends the episode",
+        failures=(*OBJECT_CODES, NEVER_REACHED),
+        parameters=object_parameters(task=opts.task, max_steps=opts.max_steps, control_freq=opts.control_freq,
+                                     reach_m=REACH_M))
+
+
 _make_robosuite = register_environment(
     "robosuite", "evalfleet.sim.robosuite_env:RobosuiteEnvironment", options=RobosuiteOptions,
     arguments=lambda opts: (opts.task_instruction(),),
     summary="robosuite 1.4 single-arm tasks (MuJoCo, CPU): Lift, Stack, PickPlace, ...; needs evalfleet[robosuite]",
-    info=EnvironmentInfo(variations=VARIATIONS, action_dim=7),
+    info=EnvironmentInfo(variations=VARIATIONS, action_dim=7, protocol=task_protocol),
 )
