@@ -43,6 +43,7 @@ class InFlight:
     def __init__(self, path: str | os.PathLike[str] | None):
         self.path = Path(path) if path else None
         self._slots: dict[int, dict[str, Any]] = {}
+        self._made_folder = False
 
     @classmethod
     def beside(cls, heartbeat_path: str | os.PathLike[str] | None) -> "InFlight":
@@ -66,7 +67,9 @@ class InFlight:
 
     def _write(self) -> None:
         assert self.path is not None
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self._made_folder:  # once: the folder is the heartbeat's
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._made_folder = True
         write_json_atomic(self.path, {"pid": os.getpid(), "in_flight": list(self._slots.values())})
 
     def read(self) -> list[dict[str, Any]]:
