@@ -189,6 +189,18 @@ def test_the_chunked_expert_succeeds_without_latency_and_fails_with_a_long_one(w
     assert "timing.latency_ms" in text and '"ci"' in text and (tmp_path / "s.png").stat().st_size > 0
 
 
+def test_wall_clock_mode_paces_the_env_and_says_its_records_do_not_reproduce(recorded):
+    """The policy thinks on its own thread while the env steps: its first answer cannot be there at step 0, so
+    the episode starts on the late action (zeros), whatever the machine's speed."""
+    stepped, calls, record = recorded(6, {"mode": "wall_clock", "control_hz": 200, "late_action": "zero"})
+    timing = record["timing"]
+    assert timing["mode"] == "wall_clock" and timing["reproducible"] is False
+    assert stepped[0] == (0, 0) and 1 <= timing["held_steps"] <= STEPS == record["episode_length"]
+    assert calls and record["status"] in ("success", "failure")
+    fresh = [a for a in stepped if a != (0, 0)]
+    assert all(0 <= c < len(calls) and 0 <= k < 6 for c, k in fresh)  # only actions of the policy's chunks
+
+
 # -- checks ------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("timing", "key", "words"), [
@@ -199,6 +211,7 @@ def test_the_chunked_expert_succeeds_without_latency_and_fails_with_a_long_one(w
     ({"mode": "sync", "latency": {"fixed_ms": 5}}, "runs.r.timing", "only in mode: simulated"),
     ({"mode": "simulated", "latency": {"fixed_ms": 5, "recorded": [1.0]}}, "runs.r.timing.latency", "exactly one"),
     ({"mode": "simulated", "latency": {"recorded": "missing.txt"}}, "runs.r.timing.latency.recorded", "cannot read"),
+    ({"mode": "simulated", "latency": {"distribution": "uniform", "low": 9}}, "runs.r.timing.latency", "needs low"),
 ])
 def test_bad_timing_is_a_user_error_naming_the_key(write_experiment, timing, key, words):
     path = write_experiment({"r": metaworld_run("reach-v3", timing=timing)})

@@ -105,6 +105,9 @@ def check_run_timing(run: Any, where: str, key: str) -> None:
         raise UserError("a simulated Run needs a latency: give timing.latency ({fixed_ms: 200}, a sampler or "
                         f"{{recorded: FILE}}) or enable the {LATENCY_VARIATION} variation", where=where,
                         key=f"{key}.timing.latency")
+    if mode == "wall_clock" and run.environment_builder.num_envs != 1:
+        raise UserError("mode: wall_clock paces one env in real time per runner; set num_envs: 1 (more envs: "
+                        "more workers)", where=where, key=f"{key}.environment_builder.num_envs")
     if varied:
         sampler = variation.sampler()
         if sampler is None:

@@ -11,7 +11,8 @@ then.
 Everything is a function of the plan: a fixed latency, the Run's `policy.latency_ms` variation value, a sampler
 drawn from the episode's seed like a variation, or one recorded latency per call drawn from a generator seeded
 by the episode's seed; the held actions are queued with the chunk, so records do not depend on workers,
-`num_envs` or restarts. `mode: sync` Runs never get here (no timing: their records are as before).
+`num_envs` or restarts. `mode: sync` Runs never get here (no timing: their records are as before);
+`mode: wall_clock` is rollout/wall_clock.py.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import numpy as np
 from evalfleet.experiment.plan import EpisodeSpec, sample, variation_rng
 from evalfleet.experiment.schema import Run
 from evalfleet.experiment.timing import LATENCY_VARIATION
+from evalfleet.rollout.wall_clock import WallClockModel, control_rate
 
 
 def enqueue(queue: collections.deque, action: Any, horizon: int | None, timing: "EpisodeTiming | None") -> None:
@@ -62,8 +64,11 @@ class LatencyModel:
     recorded: list[float] | None = None
 
     @classmethod
-    def of_run(cls, name: str, run: Run) -> "LatencyModel | None":
+    def of_run(cls, name: str, run: Run) -> "LatencyModel | WallClockModel | None":
+        """The Run's timing model; None for sync (no timing: records as before)."""
         timing = run.timing
+        if timing is not None and timing.mode == "wall_clock":
+            return WallClockModel(name, run)
         if timing is None or timing.mode != "simulated":
             return None
         latency = timing.latency
@@ -71,15 +76,11 @@ class LatencyModel:
                    fixed_ms=latency.fixed_ms if latency else None, sampler=latency.sampler() if latency else None,
                    recorded=list(latency.recorded) if latency and isinstance(latency.recorded, list) else None)
 
-    def episode(self, spec: EpisodeSpec, env: Any) -> "EpisodeTiming":
-        hz = self.control_hz or getattr(env, "control_hz", None)
-        if not hz:
-            from evalfleet.sim.spec_checks import EnvironmentOptionsError
+    def wrap(self, policy: Any, env: Any) -> Any:
+        return policy  # simulated: the policy is asked as in sync; `arrive` makes its answer late
 
-            raise EnvironmentOptionsError(
-                "a simulated latency is counted in control steps, and this environment does not say its control "
-                "rate: set timing.control_hz (steps per second)", where=f"Run {self.run_name!r}",
-                key="timing.control_hz")
+    def episode(self, spec: EpisodeSpec, env: Any) -> "EpisodeTiming":
+        hz = control_rate(self.run_name, self.control_hz, env)
         if spec.variations.get(LATENCY_VARIATION) is not None:  # the variation's value overrides timing.latency
             fixed: float | None = max(0.0, float(spec.variations[LATENCY_VARIATION]))
         elif self.sampler is not None:

@@ -174,6 +174,7 @@ class ShardRunner:
         if self._policy is None:
             with self.timings.phase("policy_connect"):
                 self._policy = self.make_policy()
+                self._policy = self.latency.wrap(self._policy, self._envs[0]) if self.latency else self._policy
 
     def run_shard(self, shard: Shard) -> ShardOutcome:
         """Every episode of the shard that is not decided yet (or, for a `num_steps` Run, new episodes until its
