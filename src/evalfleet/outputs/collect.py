@@ -26,9 +26,9 @@ from typing import Any
 from evalfleet.arena_format import arena_videos
 from evalfleet.errors import UserError
 from evalfleet.feedback import is_long, track
-from evalfleet.layout import (EXPERIMENT_FILE, PARTS_DIR, PLOTS_DIR, RECORDS_FILE, REPORT_FILE, RESULT_FILE,
-                              STATUS_FILE, VIDEOS_DIR)
-from evalfleet.outputs.failures import PROTOCOL_FILE, ProtocolCheck, read_protocol
+from evalfleet.layout import (EXPERIMENT_FILE, PARTS_DIR, PLOTS_DIR, PROTOCOL_FILE, RECORDS_FILE, REPORT_FILE,
+                              RESULT_FILE, STATUS_FILE, VIDEOS_DIR)
+from evalfleet.outputs.failures import ProtocolCheck, read_protocol
 from evalfleet.outputs.report import render_report
 from evalfleet.outputs.run_facts import Stopwatch, collect_facts
 from evalfleet.outputs.storage import Location, check_endpoint, is_url, open_location

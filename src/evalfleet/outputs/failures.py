@@ -25,7 +25,6 @@ UNCLASSIFIED = "unclassified"
 UNCLASSIFIED_INFO = {"kind": None, "description": "the record carries no failure code (an output written before "
                      "failure codes, or a format without them)"}
 PROTOCOL_KEY = "protocol"
-PROTOCOL_FILE = "protocol.json"  # <run>/protocol.json: the Run's TaskProtocol.describe(), written by the runner
 _CODE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 # vla-eval's failure_reason values (vla_eval.orchestrator, vla_eval.runners.base: the phase that raised) as
