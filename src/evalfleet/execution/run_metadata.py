@@ -105,6 +105,50 @@ def run_entries(loaded: LoadedExperiment) -> tuple[dict[str, Any], list[dict[str
     return runs, manifest
 
 
+def metadata_document(out: Path, loaded: LoadedExperiment, *, backend: str, status: str, resumed: bool = False,
+                      argv: list[str] | None = None) -> dict[str, Any]:
+    """experiment_metadata.json's content at `status` for a run of `loaded` into `out` (its experiment.yaml, when
+    written, is the config hashed): git, config hash, versions, the masked command line, backend, this host."""
+    try:
+        config = hashlib.sha256((out / EXPERIMENT_FILE).read_bytes()).hexdigest()
+    except OSError:
+        config = None
+    here = git_state(Path(__file__).resolve().parent)
+    theirs = git_state(Path(loaded.path).resolve().parent) if loaded.path else None
+    runs, _ = run_entries(loaded)
+    return {
+        "schema": SCHEMA, "status": status, "started_at": _now(), "running_at": None, "finished_at": None,
+        "experiment": loaded.experiment.name, "experiment_file": str(loaded.path),
+        "config_sha256": config, "git": None if here is None else {k: here[k] for k in ("commit", "dirty")},
+        "experiment_git": (None if theirs is None or (here and theirs["root"] == here["root"])
+                           else {k: theirs[k] for k in ("commit", "dirty")}),
+        "versions": {"evalfleet": __version__, "python": platform.python_version(), **package_versions()},
+        "command": masked_command(list(sys.argv if argv is None else argv), loaded.secrets),
+        "working_directory": os.getcwd(), "backend": backend, "hosts": [socket.gethostname()],
+        "platform": platform.platform(), "resumed": resumed, "runs": runs,
+    }
+
+
+def manifest_document(loaded: LoadedExperiment) -> dict[str, Any]:
+    """experiment_manifest.json's content: each Run's labels and their source."""
+    return {"schema": MANIFEST_SCHEMA, "experiment_name": loaded.experiment.name, "created_at": _now(),
+            "runs": run_entries(loaded)[1]}
+
+
+def finished_fields(doc: dict[str, Any], result: Any, error: BaseException | str | None = None) -> dict[str, Any]:
+    """What a final status adds: finished_at, the error (type and message), and `hosts`: the document's and every
+    worker's (from `result`, experiment_result.json's content, its timings)."""
+    extra: dict[str, Any] = {"finished_at": _now()}
+    if isinstance(error, BaseException):
+        extra["error"] = {"type": type(error).__name__, "message": str(error)[:2000]}
+    elif error is not None:
+        extra["error"] = {"type": "error", "message": error[:2000]}
+    timed = ((result or {}).get("timings") or {}).get("runs") or {} if isinstance(result, dict) else {}
+    workers = {h for r in timed.values() if isinstance(r, dict) for h in r.get("hosts") or []}
+    extra["hosts"] = sorted(set(doc.get("hosts") or []) | workers)
+    return extra
+
+
 class RunMetadata:
     """The metadata of one invocation on one output folder; `set_status` rewrites the file."""
 
@@ -123,28 +167,10 @@ class RunMetadata:
                 if gone.get("status") in UNFINISHED:  # the process ended without saying so: killed
                     gone.update(status="interrupted", found_on="resume")
                 previous.append(gone)
-        try:
-            config = hashlib.sha256((out / EXPERIMENT_FILE).read_bytes()).hexdigest()
-        except OSError:
-            config = None
-        here = git_state(Path(__file__).resolve().parent)
-        theirs = git_state(Path(loaded.path).resolve().parent) if loaded.path else None
-        runs, manifest = run_entries(loaded)
-        self.doc: dict[str, Any] = {
-            "schema": SCHEMA, "status": "starting", "started_at": _now(), "running_at": None, "finished_at": None,
-            "experiment": loaded.experiment.name, "experiment_file": str(loaded.path),
-            "config_sha256": config, "git": None if here is None else {k: here[k] for k in ("commit", "dirty")},
-            "experiment_git": (None if theirs is None or (here and theirs["root"] == here["root"])
-                               else {k: theirs[k] for k in ("commit", "dirty")}),
-            "versions": {"evalfleet": __version__, "python": platform.python_version(), **package_versions()},
-            "command": masked_command(list(sys.argv if argv is None else argv), loaded.secrets),
-            "working_directory": os.getcwd(), "backend": backend, "hosts": [socket.gethostname()],
-            "platform": platform.platform(), "resumed": resume, "runs": runs,
-        }
+        self.doc = metadata_document(out, loaded, backend=backend, status="starting", resumed=resume, argv=argv)
         if previous:
             self.doc["previous"] = previous
-        self.manifest = {"schema": MANIFEST_SCHEMA, "experiment_name": loaded.experiment.name,
-                         "created_at": _now(), "runs": manifest}
+        self.manifest = manifest_document(loaded)
         write_atomic(out / MANIFEST_FILE, json.dumps(self.manifest, indent=2) + "\n")
         self.set_status("starting")
 
@@ -160,18 +186,12 @@ class RunMetadata:
         self.set_status("running", running_at=_now())
 
     def finish(self, status: str, error: BaseException | None = None) -> None:
-        extra: dict[str, Any] = {"finished_at": _now()}
-        if error is not None:
-            extra["error"] = {"type": type(error).__name__, "message": str(error)[:2000]}
         result = self.path.with_name(RESULT_FILE)  # the collected copy says what the file says
         try:
             doc = json.loads(result.read_text())
         except (OSError, ValueError):
             doc = None
-        timed = ((doc or {}).get("timings") or {}).get("runs") or {} if isinstance(doc, dict) else {}
-        workers = {h for r in timed.values() if isinstance(r, dict) for h in r.get("hosts") or []}
-        extra["hosts"] = sorted(set(self.doc["hosts"]) | workers)  # this one and every worker's (timings files)
-        self.set_status(status, **extra)
+        self.set_status(status, **finished_fields(self.doc, doc, error))  # this host and every worker's
         if isinstance(doc, dict) and isinstance(doc.get("experiment_metadata"), dict):
             doc["experiment_metadata"]["document"] = self.doc
             write_atomic(result, json.dumps(doc, indent=2) + "\n")

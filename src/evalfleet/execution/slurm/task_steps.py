@@ -5,7 +5,9 @@
 * `wire`: inside what an array task's watchdog supervises, wait (slurm.server_wait_s) for the servers'
   addresses, write this task's Experiment wired to them, then exec the runner (a restart re-reads them);
 * `collect`: after the array (--dependency=afterany), each array task's state from sacct as a `WorkerResult`,
-  the Runs finished as the pipeline does, the server jobs cancelled, the output folder finalized.
+  the Runs finished as the pipeline does, the server jobs cancelled, the output folder finalized, the
+  submission's experiment_metadata.json set finished (or failed) and the results logged to the `tracking:`
+  sinks (execution/cluster_metadata.py).
 """
 
 from __future__ import annotations
@@ -240,8 +242,10 @@ def server_runs(loaded: Any) -> dict[str, list[str]]:
 
 def collect(out: Path) -> int:
     """The collect job: Run statuses from the array tasks' Slurm states, server jobs cancelled, the report."""
+    from evalfleet.execution.cluster_metadata import finish_collected, track_collected
     from evalfleet.execution.invocation import parse_shard
     from evalfleet.execution.pipeline import finalize_output, finish_runs
+    from evalfleet.outputs.storage import open_location
     from evalfleet.experiment.plan import make_plan
 
     paths = SlurmPaths(out)
@@ -259,7 +263,14 @@ def collect(out: Path) -> int:
     for r in results:
         if r.problem:
             print(f"evalfleet: array task {r.worker}: {r.problem}", flush=True)
-    finish_runs(plan, out, results)
-    result = finalize_output(loaded, out)
+    dest = open_location(str(out), role="output")
+    try:
+        finish_runs(plan, out, results)
+        result = finalize_output(loaded, out)
+    except BaseException as exc:  # the metadata says why, then the job fails as before
+        finish_collected(dest, error=exc)
+        raise
+    finish_collected(dest)  # experiment_metadata.json: finished, with every host
     print(f"evalfleet: collected {out} → {result.report}", flush=True)
+    track_collected(loaded, out, result=result, log=lambda line: print(f"evalfleet: {line}", flush=True))
     return 0
