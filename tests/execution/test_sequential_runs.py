@@ -14,27 +14,10 @@ from pathlib import Path
 import pytest
 
 import evalfleet
+from evalfleet_sequential import EXPERIMENT, SERVED, decisions, server_starts
 from evalfleet_testkit import evalfleet_cmd, plugin_env, results_by_episode
 
 pytestmark = pytest.mark.slow
-
-EXPERIMENT = """\
-name: sequential
-stopping:
-  wave: 5
-  max_episodes: 30
-  compare: {baseline: expert}
-shared:
-  environment: {type: metaworld, task: push-v3}
-  policy: {type: metaworld_expert}
-  rollout_limit: {num_episodes: 30}
-runs:
-  expert: {policy_name: expert}
-  noisy:
-    policy_name: noisy
-    variations:
-      robot.action_noise: {enabled: true, distribution: uniform, low: 1.0, high: 1.0}
-"""
 
 
 @pytest.fixture(scope="module")
@@ -50,11 +33,6 @@ def reference(experiment: Path) -> Path:
     result = evalfleet.run(experiment, output=out, workers=1, progress=False)
     assert result.ok
     return out
-
-
-def decisions(out: Path) -> tuple[list[dict], dict]:
-    result = json.loads((out / "experiment_result.json").read_text())
-    return result["comparisons"], {n: r.get("stopping") for n, r in result["runs"].items()}
 
 
 def test_decided_before_the_cap_with_one_worker(reference: Path) -> None:
@@ -108,19 +86,7 @@ def test_sigkill_then_resume_gives_the_same_decisions_and_records(experiment: Pa
     assert results_by_episode(out) == results_by_episode(reference)
 
 
-# One served policy for both Runs (server_sharing: per_policy: one server, one placement group, which a 2-CPU Ray
-# instance fits): on Ray its server starts once and serves every wave, as the local backend's does.
-SERVED = "server_sharing: per_policy\n" + EXPERIMENT.replace(
-    "  policy: {type: metaworld_expert}\n",
-    "  policy: {type: openpi_remote, serve: {type: metaworld_expert}, allow_unauthenticated: true}\n")
-
-
-def server_starts(out: Path, run: str = "expert") -> int:
-    """How many times a Run's server started: the start lines it wrote into its log (kept beside its first Run's
-    records, one block per start, restarts included)."""
-    return sum(" starting " in line for line in (out / run / "server.log").read_text().splitlines())
-
-
+# The served variant: on Ray its one server starts once and serves every wave, as the local backend's does.
 @pytest.fixture(scope="module")
 def served_experiment(experiment: Path) -> Path:
     path = experiment.parent / "served.yaml"

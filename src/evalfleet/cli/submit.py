@@ -46,5 +46,5 @@ def cmd_submit(args: argparse.Namespace) -> int:
         return 0
     backend = get_backend(args.backend, address=args.ray_address)
     loaded = load_from_args(args, path)
-    check_backend(loaded, args.backend)  # a `stopping:` Experiment needs waves: local and Ray only
+    check_backend(loaded, args.backend, submit=True)  # a `stopping:` Experiment needs waves and a driver
     return backend.submit(loaded, dry_run=args.dry_run, output_dir=args.output_dir, stream=sys.stdout)

@@ -210,3 +210,23 @@ def test_run_refuses_before_the_output_folder_exists(tmp_path: Path, monkeypatch
     assert main(["run", str(experiment(tmp_path)), override, "--backend", "slurm", "--output", str(folder)]) == 2
     assert f"{key}:" in capsys.readouterr().err
     assert not folder.exists()
+
+
+@pytest.mark.parametrize("backend, says", [
+    ("slurm", "which `evalfleet submit --backend slurm` cannot do yet (no driver job follows the waves inside the "
+              "cluster): run it with `evalfleet run --backend slurm`"),
+    ("osmo", "which the osmo backend cannot do (its tasks are fixed at submission): run it with --backend local, "
+             "ray or slurm"),
+])
+def test_submit_of_a_stopping_experiment_is_refused_naming_the_key(tmp_path: Path, capsys, backend: str,
+                                                                    says: str) -> None:
+    """Issue #25: `run --backend slurm` drives the waves (test_slurm_sequential.py); `submit` has no driver job, and
+    OSMO's tasks are fixed at submission: exit 2, the file, the key and the fix; nothing written, dry run or not."""
+    stopping = ["stopping.wave=2", "stopping.max_episodes=4", "stopping.precision.half_width=0.3"]
+    for dry in (["--dry-run"], []):
+        folder = tmp_path / f"out{len(dry)}"
+        assert main(["submit", str(experiment(tmp_path, served=False)), *stopping, "--backend", backend, *dry,
+                     "--output-dir", str(folder)]) == 2
+        err = capsys.readouterr().err
+        assert f"exp.yaml: stopping: sequential stopping releases episodes a wave at a time, {says}" in err, err
+        assert not folder.exists()

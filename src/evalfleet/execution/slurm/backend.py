@@ -1,21 +1,25 @@
 """The `slurm` backend: `evalfleet submit --backend slurm [--dry-run]` (server jobs, the runner array, a collect
 job after it; returns) and `evalfleet run --backend slurm` (the same without the collect job, then blocks: live
 progress from the growing logs, the array's end from squeue/sacct; the pipeline finishes the Runs and
-finalizes; Ctrl-C cancels every job, keeps what finished, and `--resume` continues)."""
+finalizes; Ctrl-C cancels every job, keeps what finished, and `--resume` continues). Under sequential stopping
+`run` submits one array per wave, the server jobs once per serve (serving.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Iterator, TextIO
 
 from evalfleet.errors import UserError
 from evalfleet.execution.backends import BACKENDS, BackendBase, ExecutionJob, WorkerResult
 from evalfleet.execution.progress import ProgressTracker, watch_progress
-from evalfleet.execution.slurm.commands import executable, scancel
-from evalfleet.execution.slurm.launch import ArrayWatch, ServerKeeper, all_jobs, cancel, launch
+from evalfleet.layout import EXPERIMENT_FILE
+from evalfleet.execution.slurm.commands import executable
+from evalfleet.execution.slurm.launch import ArrayWatch, all_jobs, cancel, launch, launch_array
 from evalfleet.execution.slurm.paths import check_output_path
 from evalfleet.execution.slurm.render import WORKERS_CAP, render, slurm_settings
+from evalfleet.execution.slurm.serving import SlurmServing
 from evalfleet.execution.slurm.task_steps import blame_lost_servers, server_runs, worker_results
 
 
@@ -28,6 +32,7 @@ class SlurmBackend(BackendBase):
         if address:
             raise UserError("--ray-address needs --backend ray", where="command line", key="--ray-address")
         self.workers = workers  # checked by the caller (execution.api.check_workers)
+        self._serving: SlurmServing | None = None  # while serve(job) runs: its server jobs, for every execute
 
     def check(self) -> None:
         for name in ("sbatch", "squeue", "scancel"):
@@ -45,11 +50,30 @@ class SlurmBackend(BackendBase):
     def open(self) -> int:
         return self.workers or WORKERS_CAP  # shards are planned for this many array tasks (slurm.workers caps it)
 
+    @contextlib.contextmanager
+    def serve(self, job: ExecutionJob) -> Iterator[Path]:
+        """Every check, then the server jobs submitted once for every `execute` in this serve (each wave of
+        sequential stopping: serving.py); all of them cancelled when it ends."""
+        serving = SlurmServing.open(job, self.workers)
+        self._serving = serving
+        try:
+            yield job.out / EXPERIMENT_FILE  # each array task wires its own copy to the servers (task_steps.wire)
+        finally:
+            self._serving = None
+            serving.close()
+
     def execute(self, job: ExecutionJob, experiment_file: Path) -> list[WorkerResult]:
+        """One runner array of exactly `job.plan.shards` (the whole plan, or one wave of it), followed to its end."""
+        serving = self._serving
+        if serving is None:  # called outside serve: one of its own, for this execute alone
+            with self.serve(job) as file:
+                return self.execute(job, file)
+        serving.begin_wave(job.plan.shards)
         rendering = render(job.loaded, job.out, job.plan, workers=self.workers, watchdog=job.watchdog,
                            collect=False, experiment_file=experiment_file)
-        jobs = launch(rendering, job.loaded, job.plan, log=job.log)
-        keeper = ServerKeeper(rendering, jobs, job.loaded.secrets, log=job.log)  # a server job that ends: again
+        jobs = launch_array(rendering, job.loaded, job.plan, serving.jobs, log=job.log)
+        keeper = serving.keeper
+        assert keeper is not None
         watch = ArrayWatch(jobs["runners"], rendering.workers, while_queued=keeper.poll).start()
         try:
             watch_progress([watch.thread], ProgressTracker.for_plan(job.out, job.plan), job.show_progress)
@@ -59,9 +83,6 @@ class SlurmBackend(BackendBase):
             cancel(all_jobs(jobs))
             job.log(f"slurm: cancelled jobs {', '.join(all_jobs(jobs))}")
             raise
-        finally:
-            keeper.close()
-            scancel(jobs["server_jobs"].values())
         results = worker_results(rendering.paths, job.plan, jobs["runners"], rendering.workers, watch.states,
                                  rendering.settings.signal_lead_s)
         blame_lost_servers(results, job.plan, keeper.lost, server_runs(job.loaded))

@@ -1,6 +1,7 @@
 """Submitting a rendering: the scripts written to OUT/.evalfleet/slurm/, a fresh shard queue, then `sbatch` of
 each server job, the runner array and (for `evalfleet submit`) the collect job after the array; the blocking
-driver's wait for the array to end, resubmitting a server job that ended meanwhile (`ServerKeeper`)."""
+driver's wait for the array to end, resubmitting a server job that ended meanwhile (`ServerKeeper`). The blocking
+driver submits the server jobs once per serve (`launch_servers`) and one array per wave (`launch_array`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 import threading
 import time
 import traceback
+from pathlib import Path
 from typing import Any, Callable
 
 from evalfleet.errors import UserError
@@ -23,13 +25,15 @@ POLL_S = 2.0
 ACCOUNTING_LAG_S = 30.0  # how long an ended array task may take to show its final state in sacct
 
 
-def reset_state(rendering: Rendering) -> None:
-    """What an earlier submission into this folder left that would mislead this one: claims (they would strand
-    shards on tasks that no longer exist; the records, not the claims, say what is done), server addresses,
-    the array tasks' watchdog files."""
+def reset_state(rendering: Rendering, *, servers: bool = True) -> None:
+    """What an earlier submission (or wave) into this folder left that would mislead this one: claims (they would
+    strand shards on tasks that no longer exist; the records, not the claims, say what is done), the array
+    tasks' watchdog files and, unless `servers` is false (a later wave, its server jobs still running), the
+    server addresses."""
     paths = rendering.paths
     shutil.rmtree(paths.claims, ignore_errors=True)
-    shutil.rmtree(paths.servers, ignore_errors=True)
+    if servers:
+        shutil.rmtree(paths.servers, ignore_errors=True)
     for pattern in map(task_glob, (TASK_HEARTBEAT, TASK_STATUS, WIRED_EXPERIMENT)):
         for old in paths.root.glob(pattern):
             old.unlink(missing_ok=True)
@@ -37,20 +41,69 @@ def reset_state(rendering: Rendering) -> None:
         folder.mkdir(parents=True, exist_ok=True)
 
 
+def write_scripts(rendering: Rendering, kinds: tuple[str, ...] | None = None) -> dict[str, Path]:
+    """The rendering's scripts (those of `kinds`, or all) written into OUT/.evalfleet/slurm/: name → path."""
+    root = rendering.paths.root
+    root.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for script in rendering.scripts:
+        if kinds is None or script.kind in kinds:
+            written[script.name] = root / script.name
+            written[script.name].write_text(script.text, encoding="utf-8")
+    return written
+
+
+def _refused(exc: SlurmCommandError, jobs: dict[str, Any]) -> UserError:
+    scancel(all_jobs(jobs))
+    return UserError(f"{exc}; nothing of this submission is left queued", where="sbatch")
+
+
+def launch_servers(rendering: Rendering, loaded: Any, jobs: dict[str, Any], servers: list[str] | None = None) -> None:
+    """sbatch the server jobs (`servers`, or every one) from their written scripts; `jobs["server_jobs"]` and
+    jobs.json follow. A refusal by sbatch cancels every job in `jobs` (UserError)."""
+    try:
+        with exported(loaded.secrets):  # sbatch's --export=ALL carries them; no script holds them
+            for script in rendering.scripts:
+                if script.kind == "server" and (servers is None or script.server in servers):
+                    assert script.server is not None
+                    jobs["server_jobs"][script.server] = sbatch(rendering.paths.root / script.name)
+    except SlurmCommandError as exc:
+        raise _refused(exc, jobs) from None
+    write_jobs(rendering.paths, rendering, jobs)
+
+
+def launch_array(rendering: Rendering, loaded: Any, plan: Any, jobs: dict[str, Any], *,
+                 log: Callable[[str], None]) -> dict[str, Any]:
+    """One wave of the blocking driver (or its whole plan): a fresh shard queue, the runner script written and
+    its array submitted, the server jobs in `jobs` left running; `jobs` (and jobs.json) updated."""
+    reset_state(rendering, servers=False)
+    write_scripts(rendering, ("runners",))
+    mark_runs_running(rendering.paths.out, plan)
+    runners = rendering.script("runners")
+    assert runners is not None
+    try:
+        with exported(loaded.secrets):
+            jobs["runners"] = sbatch(rendering.paths.root / runners.name)
+    except SlurmCommandError as exc:
+        raise _refused(exc, jobs) from None
+    write_jobs(rendering.paths, rendering, jobs)
+    episodes = sum((s.stop or 0) - s.start for s in rendering.shards)
+    log(f"slurm: runner array {jobs['runners']} ({rendering.workers} tasks, {len(rendering.shards)} shards,"
+        f" {episodes} episodes)")
+    return jobs
+
+
 def launch(rendering: Rendering, loaded: Any, plan: Any, *, log: Callable[[str], None]) -> dict[str, Any]:
     """Write the scripts and submit them in order (servers, the array, the collect job when rendered); the job
     ids, also in jobs.json. A refusal by sbatch cancels what was submitted before it (UserError)."""
     paths = rendering.paths
-    paths.root.mkdir(parents=True, exist_ok=True)
     reset_state(rendering)
-    written = {s.name: p for s, p in zip(rendering.scripts, rendering.write(paths.root))}
+    written = write_scripts(rendering)
     mark_runs_running(paths.out, plan)
     jobs: dict[str, Any] = {"server_jobs": {}}
+    launch_servers(rendering, loaded, jobs)
     try:
         with exported(loaded.secrets):  # sbatch's --export=ALL carries them; no script holds them
-            for script in rendering.scripts:
-                if script.kind == "server":
-                    jobs["server_jobs"][script.server] = sbatch(written[script.name])
             runners = rendering.script("runners")
             assert runners is not None
             jobs["runners"] = sbatch(written[runners.name])
@@ -60,8 +113,7 @@ def launch(rendering: Rendering, loaded: Any, plan: Any, *, log: Callable[[str],
                 jobs["collect"] = sbatch(written[collect.name], dependency=f"afterany:{jobs['runners']}")
                 write_jobs(paths, rendering, jobs)
     except SlurmCommandError as exc:
-        scancel(all_jobs(jobs))
-        raise UserError(f"{exc}; nothing of this submission is left queued", where="sbatch") from None
+        raise _refused(exc, jobs) from None
     log(f"slurm: runner array {jobs['runners']} ({rendering.workers} tasks)"
         + (f", server jobs {', '.join(jobs['server_jobs'].values())}" if jobs["server_jobs"] else "")
         + (f", collect job {jobs['collect']}" if "collect" in jobs else "") + f"; logs in {paths.logs}")

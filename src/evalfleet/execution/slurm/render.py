@@ -112,11 +112,18 @@ def render(loaded: Any, out: Path, plan: Plan, *, workers: int | None = None,
                                         server=server))
     rendering.scripts.append(Script(RUNNERS_SCRIPT, "runners", runners_script(
         paths, settings, job_name=f"{base}-runners", experiment=experiment_file or out / EXPERIMENT_FILE,
-        shards=shards, workers=size, servers=list(servers), watchdog=watchdog or WatchdogConfig())))
+        shards=shards, workers=size, servers=serving(servers, shards), watchdog=watchdog or WatchdogConfig())))
     if collect:
         rendering.scripts.append(Script(COLLECT_SCRIPT, "collect",
                                         collect_script(paths, settings, job_name=f"{base}-collect")))
     return rendering
+
+
+def serving(servers: dict[str, list[str]], shards: list[Shard]) -> list[str]:
+    """The servers the runners wait for: those of the Runs these shards are of (a wave of sequential stopping
+    runs only its undecided Runs; a decided Run's server job may be gone)."""
+    runs = {s.run for s in shards}
+    return [server for server, its in servers.items() if runs.intersection(its)]
 
 
 def write_jobs(paths: SlurmPaths, rendering: Rendering, jobs: dict[str, Any]) -> None:
