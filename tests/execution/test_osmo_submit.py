@@ -54,9 +54,80 @@ def test_submit_quickstart_through_stand_in(osmo_env, tmp_path):
     submitted = Path(call["copy"]).read_text()
     dry = submit(str(QUICKSTART), "--backend", "osmo", "--dry-run", "osmo.pool=dev-pool", "osmo.priority=low",
                  f"osmo.output_url={URL}", env=osmo_env)
-    assert submitted == dry.stdout  # exactly what the dry-run shows
+    # exactly what the dry-run shows, but for the carried metadata's times and command line
+    assert steady(yaml.safe_load(submitted)) == steady(yaml.safe_load(dry.stdout))
+    assert "--dry-run" in carried(yaml.safe_load(dry.stdout))["experiment_metadata.json"]["command"]
+    meta = carried(yaml.safe_load(submitted))["experiment_metadata.json"]
+    assert "--dry-run" not in meta["command"] and "--output-dir" in meta["command"]
+    assert meta["status"] == "submitted" and meta["submission"]["workflow_id"] == "{{workflow_id}}"
     validate_workflow(yaml.safe_load(submitted))
     assert "quickstart-1" in proc.stdout and proc.stdout.strip().endswith("workflow IDs: quickstart-1")
+
+
+VOLATILE = ("started_at", "submitted_at", "created_at", "command")  # what two renderings of one Experiment differ in
+
+
+def carried(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The submission's metadata files in a workflow's collect task, by name."""
+    task = spec["workflow"]["groups"][-1]["tasks"][0]
+    return {Path(f["path"]).name: json.loads(f["contents"]) for f in task["files"] if f["path"].endswith(".json")}
+
+
+def steady(spec: dict[str, Any]) -> dict[str, Any]:
+    """`spec` with the carried files' times and command line taken out."""
+    for f in spec["workflow"]["groups"][-1]["tasks"][0]["files"]:
+        if f["path"].endswith(".json"):
+            f["contents"] = {k: v for k, v in json.loads(f["contents"]).items() if k not in VOLATILE}
+    return spec
+
+
+SECRET = "sk-evalfleet-secret-0123456789"
+
+
+def test_a_submission_carries_its_metadata_and_never_a_secret(osmo_env, tmp_path, write_experiment):
+    import hashlib
+
+    path = write_experiment({"served": {
+        "environment": {"type": "metaworld", "task": "push-v3"}, "rollout_limit": {"num_episodes": 2},
+        "policy": {"type": "openpi_remote", "serve": {"type": "metaworld_expert"}}}}, name="secretive")
+    proc = submit(str(path), "--backend", "osmo", "--output-dir", str(tmp_path / "rendered"), "osmo.gpus=0",
+                  f"runs.served.policy.api_key={SECRET}", env=osmo_env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    [call] = calls(osmo_env)
+    text = Path(call["copy"]).read_text()
+    assert SECRET not in text
+    spec = validate_workflow(yaml.safe_load(text))
+    files = carried({"workflow": spec})
+    meta, manifest = files["experiment_metadata.json"], files["experiment_manifest.json"]
+    assert "runs.served.policy.api_key=***" in meta["command"]
+    assert meta["status"] == "submitted" and meta["backend"] == "osmo" and meta["experiment"] == "secretive"
+    assert meta["submission"] == {"workflow_id": "{{workflow_id}}", "workflow": "secretive", "part": 1, "parts": 1}
+    assert meta["git"]["commit"] and isinstance(meta["git"]["dirty"], bool) and meta["versions"]["evalfleet"]
+    collect_files = {f["path"]: f["contents"] for f in spec["groups"][-1]["tasks"][0]["files"]}
+    experiment = collect_files["/tmp/evalfleet/experiment/experiment.yaml"]
+    assert meta["config_sha256"] == hashlib.sha256(experiment.encode()).hexdigest()  # what collect writes
+    assert [r["name"] for r in manifest["runs"]] == ["served"]
+
+
+def test_a_failed_collect_step_records_failed_with_its_error(tmp_path, capsys):
+    """`evalfleet collect --finish-submission` over sources holding no Run: exit 2 as before, and the carried
+    metadata lands in the output as failed, with the error."""
+    from evalfleet.cli import main
+    from evalfleet.execution.cluster_metadata import submission_files
+
+    loaded = load_experiment(QUICKSTART, ["osmo.gpus=0"])
+    source = tmp_path / "experiment"
+    source.mkdir()
+    (source / "experiment.yaml").write_text(loaded.resolved_yaml())
+    for name, data in submission_files(source, loaded, backend="osmo", submission={"workflow_id": "wf-1"}).items():
+        (source / name).write_bytes(data)
+    (tmp_path / "empty").mkdir()
+    out = tmp_path / "collected"
+    assert main(["collect", str(source), str(tmp_path / "empty"), "--output", str(out), "--finish-submission"]) == 2
+    meta = json.loads((out / "experiment_metadata.json").read_text())
+    assert meta["status"] == "failed" and "no Runs found" in meta["error"]["message"] and meta["finished_at"]
+    assert meta["submission"] == {"workflow_id": "wf-1"}
+    assert json.loads((out / "experiment_manifest.json").read_text())["experiment_name"] == "quickstart"
 
 
 def test_split_experiment_submits_every_part(osmo_env, tmp_path, write_experiment):
@@ -193,8 +264,9 @@ def test_finish_run_reads_the_watchdog_reason(tmp_path):
 def test_rendered_runner_and_collect_tasks_run_for_real(tmp_path):
     """The quickstart's first Run (2 episodes) through its rendered runner script, then the rendered collect
     script over the runner's output: real watchdog, runner and collect."""
-    loaded = load_experiment(QUICKSTART, ["shared.rollout_limit.num_episodes=2", "osmo.gpus=0"])
-    [wf] = render_workflows(loaded)
+    loaded = load_experiment(QUICKSTART, ["shared.rollout_limit.num_episodes=2", "osmo.gpus=0",
+                                          "tracking.tensorboard.run_name=osmo-collect"])
+    [wf] = render_workflows(loaded, record_submission=True)
     groups = wf.spec["workflow"]["groups"]
     runner = groups[0]["tasks"][0]
     task_dir = tmp_path / "task"
@@ -210,7 +282,8 @@ def test_rendered_runner_and_collect_tasks_run_for_real(tmp_path):
     collect = groups[-1]["tasks"][0]
     cfiles = {f["path"]: f["contents"] for f in collect["files"]}
     (task_dir / "experiment").mkdir()
-    (task_dir / "experiment" / "experiment.yaml").write_text(cfiles["/tmp/evalfleet/experiment/experiment.yaml"])
+    for name in ("experiment.yaml", "experiment_metadata.json", "experiment_manifest.json"):
+        (task_dir / "experiment" / name).write_text(fill_tokens(cfiles[f"/tmp/evalfleet/experiment/{name}"], tmp_path))
     script = fill_tokens(cfiles["/tmp/evalfleet/collect.sh"], tmp_path / "collect_out",
                          [tmp_path / "runner_out"] + [tmp_path / f"missing{i}" for i in range(1, 4)])
     script = script.replace("/tmp/evalfleet", str(task_dir))
@@ -223,6 +296,16 @@ def test_rendered_runner_and_collect_tasks_run_for_real(tmp_path):
     assert "push_expert" in text
     lines = (tmp_path / "collect_out" / "collected" / "push_expert" / "episode_results.jsonl").read_text().splitlines()
     assert [json.loads(line)["episode"] for line in lines] == [0, 1]
+    # The collect step ended the submission's metadata and logged to the Experiment's tracking: sinks.
+    collected = tmp_path / "collect_out" / "collected"
+    meta = json.loads((collected / "experiment_metadata.json").read_text())
+    assert meta["status"] == "finished" and meta["finished_at"] and meta["submission"]["workflow_id"] == "wf-1"
+    assert set(result["timings"]["runs"]["push_expert"]["hosts"]) <= set(meta["hosts"])
+    assert result["experiment_metadata"]["document"] == meta
+    [line] = [json.loads(t) for t in (collected / "tracking" / "tensorboard.jsonl").read_text().splitlines()]
+    assert line["delivered"] is True and line["config"]["provenance"]["status"] == "finished"
+    assert line["metrics"]["push_expert/success_rate"] == result["runs"]["push_expert"]["success_rate"]
+    assert (collected / "tracking" / "tensorboard" / "osmo-collect").is_dir()
 
 
 @pytest.mark.slow

@@ -20,6 +20,9 @@ def register(sub: Any) -> None:
     p.add_argument("--s3-endpoint", metavar="URL", default=None,
                    help="S3-compatible endpoint (default: $EVALFLEET_S3_ENDPOINT, then $AWS_ENDPOINT_URL)")
     p.add_argument("--no-report", action="store_true", help="do not write index.html")
+    p.add_argument("--finish-submission", action="store_true",
+                   help="as a submitted Experiment's collect step (OSMO's collect task): set its "
+                        "experiment_metadata.json finished or failed and log to its tracking: sinks")
     p.set_defaults(handler=_collect)
 
     r = sub.add_parser("report", help="write DIR/index.html from a collected output folder",
@@ -48,7 +51,13 @@ def _collect(args: argparse.Namespace) -> int:
     from evalfleet.outputs.collect import collect
 
     enable_cli_feedback()  # progress on stderr for big folders
-    result = collect(args.sources, args.output, endpoint_url=args.s3_endpoint, report=not args.no_report)
+    if args.finish_submission:
+        from evalfleet.execution.cluster_metadata import collect_submission
+
+        result = collect_submission(args.sources, args.output, endpoint_url=args.s3_endpoint,
+                                    report=not args.no_report, log=lambda line: print(line, file=sys.stderr))
+    else:
+        result = collect(args.sources, args.output, endpoint_url=args.s3_endpoint, report=not args.no_report)
     by_status = result["summary"]["runs_by_status"]
     print(f"collected {result['summary']['runs']} Runs into {args.output} ("
           + ", ".join(f"{n} {s}" for s, n in by_status.items() if n) + ")")

@@ -12,6 +12,7 @@ failed collect). A `--dry-run` writes none of it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import socket
 import sys
@@ -32,10 +33,13 @@ def _dumps(doc: dict[str, Any]) -> bytes:
 
 
 def submission_files(out: Path, loaded: LoadedExperiment, *, backend: str, submission: dict[str, Any],
-                     argv: list[str] | None = None) -> dict[str, bytes]:
+                     argv: list[str] | None = None, experiment_yaml: str | None = None) -> dict[str, bytes]:
     """{file name: content} of experiment_metadata.json (`status: submitted`, `submission`: the job or workflow
-    ids) and experiment_manifest.json for `loaded` submitted to `backend`, its output `out`."""
+    ids) and experiment_manifest.json for `loaded` submitted to `backend`, its output `out` (the config hash
+    that of OUT/experiment.yaml, or of `experiment_yaml`: what collect will write there)."""
     doc = metadata_document(out, loaded, backend=backend, status=SUBMITTED, argv=argv)
+    if experiment_yaml is not None:
+        doc["config_sha256"] = hashlib.sha256(experiment_yaml.encode()).hexdigest()
     doc["submitted_at"] = doc["started_at"]
     doc["submission"] = submission
     return {METADATA_FILE: _dumps(doc), MANIFEST_FILE: _dumps(manifest_document(loaded))}
@@ -106,3 +110,58 @@ def track_collected(loaded: LoadedExperiment, out: Path, *, result: Any = None,
                                         report=result.report if result is not None else out / REPORT_FILE,
                                         plots=result.plots if result is not None else ())
     return log_to_trackers(loaded, out, result, step=None, log=log)
+
+
+def collect_submission(sources: list[str], output: str, *, endpoint_url: str | None, report: bool,
+                       log: Callable[[str], None]) -> dict[str, Any]:
+    """`evalfleet collect --finish-submission`, a submitted Experiment's collect step (OSMO's collect task):
+    collect, then the metadata (at the output, else the one carried in the first source) set finished, or
+    failed with the error before the error goes on; then the results logged to the Experiment's `tracking:`
+    sinks. A bucket output's trackers write their offline stores into a local folder copied to OUT/tracking/."""
+    import tempfile
+
+    from evalfleet.outputs.collect import collect
+    from evalfleet.outputs.tracking import TRACKING_DIR
+
+    carried = open_location(sources[0], endpoint_url=endpoint_url) if sources else None
+    try:
+        result = collect(sources, output, endpoint_url=endpoint_url, report=report)
+    except BaseException as exc:
+        try:
+            finish_collected(open_location(output, endpoint_url=endpoint_url, role="output"), error=exc,
+                             carried=carried)
+        except Exception as why:  # noqa: BLE001 -- the collect's own error is the one to show
+            log(f"could not record the failure in {METADATA_FILE}: {type(why).__name__}: {why}")
+        raise
+    dest = open_location(output, endpoint_url=endpoint_url, role="output")
+    finish_collected(dest, carried=carried)
+    loaded = _experiment(carried, log)
+    if loaded is None:
+        return result
+    if dest.is_local:
+        track_collected(loaded, Path(dest.root), log=log)
+        return result
+    with tempfile.TemporaryDirectory(prefix="evalfleet-tracking-") as staging:
+        local = Path(staging)
+        (local / RESULT_FILE).write_bytes(dest.read_bytes(RESULT_FILE))
+        track_collected(loaded, local, log=log)
+        here = Location(url=staging, root=staging)
+        for rel in here.walk_files(TRACKING_DIR):
+            dest.copy_from(here, rel, rel)
+    return result
+
+
+def _experiment(source: Location | None, log: Callable[[str], None]) -> LoadedExperiment | None:
+    """The submitted Experiment, from the collect step's first source (its experiment.yaml); None, said in one
+    line, when it cannot be loaded here (the results are collected all the same)."""
+    from evalfleet.errors import UserError
+    from evalfleet.experiment.loading import load_experiment
+    from evalfleet.layout import EXPERIMENT_FILE
+
+    if source is None or not source.is_local or not source.is_file(EXPERIMENT_FILE):
+        return None
+    try:
+        return load_experiment(source.join(EXPERIMENT_FILE), [])
+    except UserError as exc:
+        log(f"tracking: not logged, the Experiment does not load here ({exc.line()})")
+        return None

@@ -65,12 +65,13 @@ def server_script(command: Any, *, key: str) -> str:
 
 
 def collect_script(sources: list[str], output: str) -> str:
-    """collect.sh: ``evalfleet collect`` of every runner's output (`sources`) into `output`."""
+    """collect.sh: ``evalfleet collect`` of every runner's output (`sources`) into `output`, as the submitted
+    Experiment's collect step (`--finish-submission`: its metadata finished or failed, its tracking: sinks)."""
     return "\n".join([
         "#!/bin/bash",
         "# evalfleet collect task: merge every Run's logs and upload the report.",
         "set -eu",
         sh.command("evalfleet", "collect", TASK_DIR + "/experiment", *sources, "--output", output,
-                   key="osmo.output_url"),
+                   "--finish-submission", key="osmo.output_url"),
         "",
     ])

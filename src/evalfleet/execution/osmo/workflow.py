@@ -129,17 +129,22 @@ def _policy_context(loaded: Any, run: str) -> Any:
     return policy_context(run, r, run_plan(run, r, loaded.experiment.seed).base_seed)
 
 
-def collect_group(runners: list[str], settings: OsmoSettings, experiment_yaml: str) -> dict[str, Any]:
+def collect_group(runners: list[str], settings: OsmoSettings, experiment_yaml: str,
+                  carried: dict[str, bytes] | None = None) -> dict[str, Any]:
+    """The collect task; `carried`: the submission's experiment_metadata.json and manifest, put beside the
+    Experiment it collects from, so they reach the output and its collect step ends them (cluster_metadata)."""
     url, credentials = output_credentials(settings)
     output = url or "{{output}}/collected"
     sources = [f"{{{{input:{i}}}}}" for i in range(len(runners))]
+    extra = [{"path": f"{TASK_DIR}/experiment/{name}", "contents": data.decode()}
+             for name, data in (carried or {}).items()]
     return {"name": "collect-group", "tasks": [{
         "name": "collect",
         "lead": True,
         "image": settings.image,
         "command": ["bash", f"{TASK_DIR}/collect.sh"],
         "files": [{"path": f"{TASK_DIR}/collect.sh", "contents": collect_script(sources, output)},
-                  {"path": f"{TASK_DIR}/experiment/{EXPERIMENT_FILE}", "contents": experiment_yaml}],
+                  {"path": f"{TASK_DIR}/experiment/{EXPERIMENT_FILE}", "contents": experiment_yaml}, *extra],
         "inputs": [{"task": r} for r in runners],
         "resource": "collect",
         **credentials,
@@ -184,8 +189,22 @@ def split(places: list[RunPlacement], max_tasks: int) -> list[list[RunPlacement]
     return parts
 
 
-def render_workflows(loaded: Any, settings: OsmoSettings | None = None) -> list[RenderedWorkflow]:
-    """Every workflow the Experiment needs (one unless it has more than osmo.max_tasks tasks)."""
+def submission_metadata(loaded: Any, experiment_yaml: str, name: str, part: int, parts: int) -> dict[str, bytes]:
+    """What `evalfleet submit` carries in a workflow's collect task: experiment_metadata.json (status submitted,
+    the workflow id as OSMO's token, the config hash of the experiment.yaml collect writes) and the manifest."""
+    from pathlib import Path
+
+    from evalfleet.execution.cluster_metadata import WORKFLOW_ID_TOKEN, submission_files
+
+    return submission_files(Path("{{output}}"), loaded, backend="osmo", experiment_yaml=experiment_yaml,
+                            submission={"workflow_id": WORKFLOW_ID_TOKEN, "workflow": name, "part": part,
+                                        "parts": parts})
+
+
+def render_workflows(loaded: Any, settings: OsmoSettings | None = None, *,
+                     record_submission: bool = False) -> list[RenderedWorkflow]:
+    """Every workflow the Experiment needs (one unless it has more than osmo.max_tasks tasks);
+    `record_submission`: each collect task carries the submission's metadata (`submission_metadata`)."""
     given = (loaded.backend_settings or {}).get("osmo") or {}
     check_backend_settings(loaded.backend_settings)  # experiment_runner.* too, also without an Arena Run
     settings = settings or backend_settings("osmo", loaded.backend_settings)
@@ -206,7 +225,8 @@ def render_workflows(loaded: Any, settings: OsmoSettings | None = None) -> list[
         full_yaml = yaml.safe_dump(part_doc, sort_keys=False, width=10**9, allow_unicode=True)
         groups = [render_group(loaded, p, settings) for p in part]
         limit_parallel_runs(groups, [p.runner for p in part], settings.max_parallel_runs)
-        groups.append(collect_group([p.runner for p in part], settings, full_yaml))
+        carried = submission_metadata(loaded, full_yaml, name, i, len(parts)) if record_submission else None
+        groups.append(collect_group([p.runner for p in part], settings, full_yaml, carried))
         workflow: dict[str, Any] = {"name": name, "resources": resources}
         if timeout:
             workflow["timeout"] = timeout
