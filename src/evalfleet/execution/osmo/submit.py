@@ -108,8 +108,10 @@ class OsmoBackend(BackendBase):
         """Render the workflows; print them (dry run, also written to `output_dir` when given) or submit each
         with the `osmo` CLI and print the workflow IDs. 1 when a submission failed (what went before is named)."""
         settings = backend_settings("osmo", loaded.backend_settings)
-        workflows = render_workflows(loaded, settings, record_submission=True)  # what a submission carries
-        if dry_run or settings.dry_run:  # osmo.dry_run=true is Arena's spelling of --dry-run
+        dry = dry_run or settings.dry_run  # osmo.dry_run=true is Arena's spelling of --dry-run
+        # A submission's collect tasks carry its metadata (status submitted); a dry run renders none of it.
+        workflows = render_workflows(loaded, settings, record_submission=not dry)
+        if dry:
             if output_dir:
                 for path in write_workflows(workflows, Path(output_dir)):
                     print(f"# wrote {path}", file=sys.stderr)
