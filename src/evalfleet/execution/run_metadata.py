@@ -7,7 +7,8 @@ commit and whether it has uncommitted changes; null outside git, never a failure
 Experiment file's, when that lies in another checkout. `config_sha256` hashes OUT/experiment.yaml (the resolved
 Experiment, secrets as variable names); the command line is written with secrets masked. The manifest lists each
 Run's task and policy labels and their source: `configured` (the Run names it), `derived` (from its environment's
-task option or its policy type), `inferred` (from the environment type's name).
+task option or its policy type), `inferred` (from the environment type's name). Work handed to a cluster
+(`evalfleet submit`) starts at `submitted` and its collect step ends it (execution/cluster_metadata.py).
 """
 
 from __future__ import annotations
