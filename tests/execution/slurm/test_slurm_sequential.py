@@ -36,6 +36,6 @@ def test_a_stopping_experiment_runs_in_waves_as_local_decides(slurm_cluster, tmp
     arrays = re.findall(r"slurm: runner array (\d+) \((\d+) tasks, \d+ shards, (\d+) episodes\)", said)
     assert [int(e) for _, _, e in arrays] == [10] * waves, said
     assert len({a for a, _, _ in arrays}) == waves
-    assert f"wave {waves}: noisy vs expert: worse" in said
+    assert f"wave {waves}: push-v3/noisy vs expert: worse at {5 * waves} episodes" in said, said
     assert server_starts(out) == 1  # one server job for every wave
     assert said.count("slurm: server jobs ") == 1, said
