@@ -27,10 +27,10 @@ from evalfleet.execution.slurm.paths import SlurmPaths
 TIMING = ("timestamp", "duration_s", "policy_latency_ms")  # what differs between any two runs of one Experiment
 
 
-def write(tmp_path: Path, runs: dict[str, Any], episodes: int, name: str = "slurm_tiny") -> Path:
+def write(tmp_path: Path, runs: dict[str, Any], episodes: int, name: str = "slurm_tiny", **top: Any) -> Path:
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump({"name": name, "seed": 0, "shared": {"rollout_limit": {"num_episodes": episodes}},
-                                    "runs": runs}, sort_keys=False))
+                                    **top, "runs": runs}, sort_keys=False))
     return path
 
 
@@ -175,10 +175,14 @@ def test_a_cancelled_array_task_is_reported_and_resume_completes(slurm_cluster, 
     # Both array tasks are held at the gate after their first episode, so task 1 is cancelled while it still
     # holds work, on any machine.
     gate = tmp_path / "gate"
-    exp = write(tmp_path, {"expert": gated(gate)}, 10, name="slurm_cancel")
+    exp = write(tmp_path, {"expert": gated(gate)}, 10, name="slurm_cancel", tracking={"tensorboard": {}})
     out = tmp_path / "out"
     assert main(["submit", str(exp), "slurm.workers=2", *SMALL, "--backend", "slurm", "--output-dir", str(out)]) == 0
     jobs = read_jobs(SlurmPaths(out.absolute()))
+    meta = json.loads((out / "experiment_metadata.json").read_text())  # submit wrote it: the jobs' ids
+    assert meta["status"] in ("submitted", "finished") and meta["backend"] == "slurm"
+    assert meta["submission"] == {"runner_array": jobs["runners"], "collect_job": jobs["collect"], "server_jobs": {}}
+    assert meta["git"]["commit"] and meta["config_sha256"] and (out / "experiment_manifest.json").is_file()
     wait_for(lambda: waiting_tasks(gate) == {"0", "1"}, 300, "both array tasks at the gate")
     task = f"{jobs['runners']}_1"
     subprocess.run(["scancel", task], check=True)
@@ -192,12 +196,29 @@ def test_a_cancelled_array_task_is_reported_and_resume_completes(slurm_cluster, 
     assert f"Slurm job {task} CANCELLED" in status["reason"]
     assert f"Slurm job {task} CANCELLED" in result_file.read_text()
     assert f"Slurm job {task} CANCELLED" in (out / "index.html").read_text()
+    # The collect job ended the submission's metadata (it ran: finished, though a Run failed) and logged to the
+    # Experiment's tracking: sinks, as evalfleet run does.
+    wait_for(lambda: json.loads((out / "experiment_metadata.json").read_text())["status"] != "submitted", 120,
+             "the collect job's final metadata")
+    meta = json.loads((out / "experiment_metadata.json").read_text())
+    result = json.loads(result_file.read_text())
+    assert meta["status"] == "finished" and meta["finished_at"] and meta["submission"]["collect_job"] == jobs["collect"]
+    assert set(result["timings"]["runs"]["expert"]["hosts"]) <= set(meta["hosts"])
+    assert result["experiment_metadata"]["document"] == meta
+    copy = out / "tracking" / "tensorboard.jsonl"  # written once the sink has run, after the final status
+    wait_for(lambda: copy.is_file() and copy.read_text().endswith("\n"), 120, "the collect job's tracking")
+    [line] = [json.loads(t) for t in copy.read_text().splitlines()]
+    assert line["delivered"] is True and line["config"]["provenance"]["status"] == "finished"
+    assert line["metrics"]["expert/status/error"] == result["runs"]["expert"]["counts"]["error"]
+    assert line["metrics"]["expert/episodes_decided"] == result["runs"]["expert"]["decided"]
     capsys.readouterr()
     assert main(["run", str(exp), *SMALL, "--resume", "--backend", "slurm", "--workers", "2", "--output", str(out),
                  "--no-progress"]) == 0
     got = records(out, "expert")
     assert sorted(got) == list(range(10))
     assert json.loads((out / "expert" / "run_status.json").read_text())["state"] == "completed"
+    resumed = json.loads((out / "experiment_metadata.json").read_text())
+    assert resumed["status"] == "finished" and resumed["previous"][-1]["submission"] == meta["submission"]
 
 
 def test_a_task_killed_for_memory_shows_slurms_reason(slurm_cluster, tmp_path: Path) -> None:
