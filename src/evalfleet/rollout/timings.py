@@ -15,6 +15,7 @@ server's health check), `first_episode` (from a Run's env build to its first rec
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import socket
@@ -40,18 +41,30 @@ class PhaseStats:
     min_ms: float = float("inf")
     max_ms: float = float("-inf")
     samples: list[float] = field(default_factory=list)
+    _next: int = -1  # the count at which the next value enters the full sample (Algorithm L)
+    _w: float = 1.0
 
     def add(self, ms: float, rng: random.Random) -> None:
+        """O(1) and no random draw for most values once the sample is full: Algorithm L (Li, 1994) picks the
+        same kind of uniform sample as Algorithm R by drawing how many values to skip, not one draw per value."""
         self.count += 1
         self.total_ms += ms
-        self.min_ms = min(self.min_ms, ms)
-        self.max_ms = max(self.max_ms, ms)
+        if ms < self.min_ms:
+            self.min_ms = ms
+        if ms > self.max_ms:
+            self.max_ms = ms
         if len(self.samples) < SAMPLE_SIZE:
             self.samples.append(ms)
-        else:  # Algorithm R: every value seen so far kept with the same probability
-            slot = rng.randrange(self.count)
-            if slot < SAMPLE_SIZE:
-                self.samples[slot] = ms
+            if len(self.samples) == SAMPLE_SIZE:
+                self._skip(rng)
+        elif self.count == self._next:
+            self.samples[rng.randrange(SAMPLE_SIZE)] = ms
+            self._skip(rng)
+
+    def _skip(self, rng: random.Random) -> None:
+        self._w *= math.exp(math.log(1.0 - rng.random()) / SAMPLE_SIZE)
+        gap = math.log(1.0 - rng.random()) / math.log(1.0 - self._w) if self._w < 1.0 else 0.0
+        self._next = self.count + 1 + int(gap)
 
     def to_json(self, *, samples: bool = True) -> dict[str, Any]:
         doc: dict[str, Any] = {"count": self.count, "total_ms": round(self.total_ms, 4),

@@ -24,6 +24,10 @@ _BAD = (int(mujoco.mjtWarning.mjWARN_BADQPOS), int(mujoco.mjtWarning.mjWARN_BADQ
         int(mujoco.mjtWarning.mjWARN_BADQACC))
 
 
+class _NoWarnings:
+    number = 0  # before the first reset: no counter seen yet
+
+
 class PhysicsWatch:
     """`reset(data)` at the episode's start; `check(step)` after each step raises PhysicsError when MuJoCo saw a
     bad state since, or qpos/qvel are non-finite now (~4 µs a step: the counters and arrays are live views of
@@ -32,12 +36,13 @@ class PhysicsWatch:
     __slots__ = ("_stats", "_qpos", "_qvel", "_seen")
 
     def __init__(self) -> None:
-        self._stats: list[Any] = []
+        self._stats: list[Any] = [_NoWarnings()] * 3
         self._qpos = self._qvel = np.zeros(0)
         self._seen = 0
 
     def _count(self) -> int:
-        return sum(stat.number for stat in self._stats)
+        qpos, qvel, qacc = self._stats  # not sum() over a generator: this runs every step
+        return qpos.number + qvel.number + qacc.number
 
     def reset(self, data: Any) -> None:
         self._stats = [data.warning[i] for i in _BAD]
@@ -68,12 +73,14 @@ class ObjectWatch:
         self._last = self._start.copy()
         self.reached = False
         self._xpos = np.zeros((0, 3))
+        self._z = self._xpos[:, 2]
 
     def _heights(self) -> np.ndarray:
-        return self._xpos[self.bodies, 2]  # a copy (fancy indexing)
+        return self._z[self.bodies]  # a copy; indexing the 1-D view of z is ~8x cheaper than xpos[bodies, 2]
 
     def reset(self, data: Any) -> None:
-        self._xpos = data.xpos  # a live view, taken once per episode
+        self._xpos = data.xpos  # live views, taken once per episode
+        self._z = self._xpos[:, 2]
         self._start = self._heights()
         self._highest = self._start.copy()
         self._last = self._start.copy()
