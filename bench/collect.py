@@ -1,15 +1,20 @@
 """Benchmark: collect + plots + report of 100,000 synthetic episodes over 40 Runs, records parsed once.
 
-Writes the Runs as runners leave them (two shard logs per Run, run_status.json) once, then, on a fresh copy
-for every measurement, interleaves (ABBA, --repeats pairs):
+Writes the Runs as runners leave them (two shard logs per Run, run_status.json, three variations per record)
+once, then, on a fresh copy for every measurement, each step in a fresh process of its own (so its peak RSS,
+the kernel's VmHWM, is the step's alone), interleaves (ABBA, --repeats rounds):
 
   separate  what `evalfleet run` did before the pipeline: `collect` in place, then the success plot from
             `load_records` (the records parsed a second time), then `write_report` (a third time)
   finalize  `outputs.finalize.finalize`: collect, plot and report from the records parsed once
+  collect   `evalfleet collect OUT` with its report: `outputs.collect.collect([OUT], OUT, report=True)`
 
-and prints JSON: median and spread of each, their ratio pair by pair, and the machine.
+and prints JSON: median and spread of each step's wall time and peak RSS, finalize/separate pair by pair, the
+size of index.html and of its largest episode table (report_episodes/), and the machine. `--steps` picks the
+steps (`separate` holds every record in memory through `load_records`: leave it out at a million episodes).
+`--src DIR` runs the steps with another checkout's `src/` (the figures before a change, from `git archive`).
 
-    python bench/collect.py [--episodes 100000] [--runs 40] [--repeats 3]
+    python bench/collect.py [--episodes 100000] [--runs 40] [--repeats 3] [--steps separate,finalize,collect]
 """
 
 from __future__ import annotations
@@ -18,18 +23,17 @@ import argparse
 import json
 import os
 import random
+import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import Timer, add_repeat_arg, emit, interleaved, machine, ratios, spread
+from _common import Timer, add_repeat_arg, emit, machine, ratios, spread
 
-from evalfleet.analysis.loading import load_records
-from evalfleet.analysis.success import write_success_plots
-from evalfleet.outputs.collect import collect
-from evalfleet.outputs.finalize import finalize, write_report
+STEPS = ("separate", "finalize", "collect")
 
 
 def make_runs(root: str, episodes: int, runs: int, seed: int = 0) -> None:
@@ -40,7 +44,7 @@ def make_runs(root: str, episodes: int, runs: int, seed: int = 0) -> None:
     t0 = 1_760_000_000.0
     for r in range(runs):
         task, policy = tasks[r % len(tasks)], policies[(r // len(tasks)) % len(policies)]
-        name = f"{task}_{policy}"
+        name = f"{task}_{policy}" + (f"_v{r // 40}" if runs > 40 else "")  # 40 pairs, then their variants
         run_dir = os.path.join(root, name)
         os.makedirs(os.path.join(run_dir, "parts"))
         p_success = rng.uniform(0.1, 0.9)
@@ -67,51 +71,103 @@ def make_runs(root: str, episodes: int, runs: int, seed: int = 0) -> None:
                        "state": "completed", "reason": None}, f)
 
 
-def separate(root: str) -> dict:
-    result = collect([root], root)
-    write_success_plots(load_records([root]), Path(root) / "plots" / "success_rates.png")
-    write_report(root)
-    return result
+def run_step(step: str, root: str) -> dict:
+    """One step on `root`, in this process: its result's episode counts."""
+    from evalfleet.outputs.collect import collect
+    from evalfleet.outputs.finalize import finalize, write_report
+
+    if step == "separate":
+        from evalfleet.analysis.loading import load_records
+        from evalfleet.analysis.success import write_success_plots
+
+        result = collect([root], root)
+        write_success_plots(load_records([root]), Path(root) / "plots" / "success_rates.png")
+        write_report(root)
+    elif step == "finalize":
+        result = finalize(root).result
+    else:
+        result = collect([root], root, report=True)
+    return result["summary"]["episodes"]
 
 
-def together(root: str) -> dict:
-    return finalize(root).result
+def peak_rss_mb() -> float:
+    """This process's peak resident set (VmHWM; getrusage's ru_maxrss where /proc is not there), in MB."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            kb = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(kb / 1024, 1)
+
+
+def child(step: str, root: str) -> int:
+    with Timer() as t:
+        episodes = run_step(step, root)
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # CPU seconds: less sensitive than wall time to a busy machine
+    print(json.dumps({"seconds": t.seconds, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mb": peak_rss_mb(),
+                      "episodes": episodes}))
+    return 0
+
+
+def measure(step: str, template: str, work: str, src: str | None) -> dict:
+    """`step` on a fresh copy of the template (the copy is not timed), in a fresh process."""
+    root = os.path.join(work, step)
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.copytree(template, root)
+    env = dict(os.environ, MPLBACKEND="Agg")
+    if src:
+        env["PYTHONPATH"] = os.path.abspath(src) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", step, root], env=env,
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"{step} failed:\n{proc.stderr[-4000:]}")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out["index_html_bytes"] = os.path.getsize(os.path.join(root, "index.html"))
+    tables = os.path.join(root, "report_episodes")
+    out["largest_table_bytes"] = max((os.path.getsize(os.path.join(tables, n)) for n in os.listdir(tables)),
+                                     default=0) if os.path.isdir(tables) else 0
+    return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=40)
+    parser.add_argument("--steps", default=",".join(STEPS[:2]), help="comma-separated: " + ", ".join(STEPS))
+    parser.add_argument("--src", help="run the steps with this checkout's src/ folder (figures before a change)")
+    parser.add_argument("--child", nargs=2, metavar=("STEP", "ROOT"), help=argparse.SUPPRESS)
     add_repeat_arg(parser)
     args = parser.parse_args()
+    if args.child:
+        return child(*args.child)
+    steps = [s for s in args.steps.split(",") if s]
+    unknown = [s for s in steps if s not in STEPS]
+    if unknown:
+        parser.error(f"--steps: unknown {', '.join(unknown)} (choose from {', '.join(STEPS)})")
     start = machine()
     work = tempfile.mkdtemp(prefix="evalfleet-bench-collect-")
     template = os.path.join(work, "template")
     try:
         os.makedirs(template)
         make_runs(template, args.episodes, args.runs)
-        results: dict[str, dict] = {}
-
-        def measure(name: str, step) -> float:  # step: separate or together
-            root = os.path.join(work, name)
-            shutil.rmtree(root, ignore_errors=True)
-            shutil.copytree(template, root)  # the same untouched folder every time (the copy is not timed)
-            with Timer() as t:
-                results[name] = step(root)
-            results[name + "_html"] = os.path.getsize(os.path.join(root, "index.html"))
-            return t.seconds
-
-        before, after = interleaved(lambda: measure("separate", separate), lambda: measure("finalize", together),
-                                    args.repeats)
-        counts = {k: results[k]["summary"]["episodes"] for k in ("separate", "finalize")}
-        assert counts["separate"] == counts["finalize"], counts  # the same result either way
-        emit({
-            "episodes": counts["finalize"]["recorded"], "runs": results["finalize"]["summary"]["runs"],
-            "separate_s": spread(before), "finalize_s": spread(after),
-            "finalize_over_separate": spread(ratios(after, before)),
-            "index_html_bytes": results["finalize_html"],
-            "bytes_per_episode": round(results["finalize_html"] / max(1, counts["finalize"]["recorded"]), 1),
-        }, machine_before=start)
+        got: dict[str, list[dict]] = {s: [] for s in steps}
+        for i in range(args.repeats):  # ABBA: every other round in reverse order
+            for step in (steps if i % 2 == 0 else steps[::-1]):
+                got[step].append(measure(step, template, work, args.src))
+        counts = {s: got[s][0]["episodes"] for s in steps}
+        assert len({json.dumps(c, sort_keys=True) for c in counts.values()}) == 1, counts  # the same either way
+        episodes = next(iter(counts.values()))["recorded"]
+        figures = {"episodes": episodes, "runs": args.runs, "src": args.src or "this checkout"}
+        for step in steps:
+            figures[step] = {"seconds": spread([m["seconds"] for m in got[step]]),
+                             "cpu_s": spread([m["cpu_s"] for m in got[step]]),
+                             "peak_rss_mb": spread([m["peak_rss_mb"] for m in got[step]], 1),
+                             "index_html_bytes": got[step][0]["index_html_bytes"],
+                             "largest_episode_table_bytes": got[step][0]["largest_table_bytes"]}
+        if "separate" in got and "finalize" in got:
+            figures["finalize_over_separate"] = spread(ratios([m["seconds"] for m in got["finalize"]],
+                                                              [m["seconds"] for m in got["separate"]]))
+        emit(figures, machine_before=start)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

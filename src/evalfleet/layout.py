@@ -9,6 +9,7 @@ OUT/
   experiment_metadata.json   METADATA_FILE: status (starting → running → finished | interrupted | failed), git, hashes
   experiment_manifest.json   MANIFEST_FILE: each Run's task/policy labels and where they came from
   timings.json               TIMINGS_FILE: per Run and phase, merged from the shards' files by collect
+  report_episodes/           REPORT_DATA_DIR: index.html's episode tables, <NNNN>.js per Run, loaded on demand
   .evalfleet/                INTERNAL_DIR: worker logs, heartbeats and status files, claims, the wired Experiment
   <run>/                     run_dir(out, run): a Run folder
     episode_results.jsonl    RECORDS_FILE: the collected records, one line per episode
@@ -36,6 +37,7 @@ from pathlib import Path
 EXPERIMENT_FILE = "experiment.yaml"
 RESULT_FILE = "experiment_result.json"
 REPORT_FILE = "index.html"
+REPORT_DATA_DIR = "report_episodes"  # the report's episode tables, one script per Run, loaded on demand
 PLOTS_DIR = "plots"
 INTERNAL_DIR = ".evalfleet"
 METADATA_FILE = "experiment_metadata.json"

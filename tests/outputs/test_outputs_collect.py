@@ -207,10 +207,19 @@ def test_report_html_is_self_contained_and_marks_partial_failed(sample_output: P
     data = json.loads(re.search(r'<script type="application/json" id="episode-data">(.*?)</script>', html,
                                 re.S).group(1))
     assert data["runs"] == ["pick_expert", "pick_random", "drawer_random"]  # the experiment.yaml order
-    assert data["counts"] == [250, 6, 0] and len(data["st"]) == 256
-    assert {v["key"] for v in data["vars"]} == {"cube.mass", "cube.position.x", "cube.position.y",
-                                                 "cube.position.z", "table.texture"}
-    assert data["video"][0][1] == {"front": "pick_expert/videos/episode_00001_front.mp4"}
+    assert data["counts"] == [250, 6, 0] and data["total"] == 256 and data["auto"] is True
+    # The episode tables are scripts beside the page, one per Run with episodes (none for drawer_random).
+    assert data["files"] == ["report_episodes/0000.js", "report_episodes/0001.js", None]
+    tables = []
+    for i, rel in enumerate(data["files"][:2]):
+        text = (sample_output / rel).read_text()
+        prefix = f"(window.__evalfleet_episodes=window.__evalfleet_episodes||{{}})[{i}]="
+        assert text.startswith(prefix) and text.endswith(";\n")
+        tables.append(json.loads(text[len(prefix):-2]))
+    assert [(t["run"], t["count"], len(t["st"])) for t in tables] == [("pick_expert", 250, 250), ("pick_random", 6, 6)]
+    assert {v["key"] for v in tables[0]["vars"]} == {"cube.mass", "cube.position.x", "cube.position.y",
+                                                      "cube.position.z", "table.texture"}
+    assert tables[0]["video"][0][1] == {"front": "pick_expert/videos/episode_00001_front.mp4"}
 
 
 def test_report_without_result_file(sample_output: Path):
@@ -245,3 +254,23 @@ def test_collect_merges_same_run_from_task_folders_in_one_source(tmp_path: Path)
     assert result["runs"]["run1"]["status"] == "completed"
     assert [r["episode"] for r in read_jsonl(tmp_path / "out" / "run1" / "episode_results.jsonl")] == list(range(9))
     assert sorted(p.name for p in (tmp_path / "out" / "run1" / "videos").iterdir()) == [f"e{e}.mp4" for e in range(9)]
+
+
+def test_a_problem_in_the_last_run_leaves_the_output_as_it_was(tmp_path: Path):
+    """Collect streams the Runs one at a time, but stages what it makes: a UserError found in the last Run read
+    (here a run_status.json that is not JSON) leaves a new output unmade and an output collected in place
+    untouched, the first Runs' merged files included."""
+    src = tmp_path / "src"
+    for run in ("a_run", "b_run"):
+        write_jsonl(src / run / "parts" / "s.jsonl", [record(run, e, "success") for e in range(3)])
+        write_status(src / run, planned=3, state="completed")
+    (src / "b_run" / "run_status.json").write_text("{not json")
+    with pytest.raises(UserError, match="not valid JSON") as err:
+        collect([str(src)], str(tmp_path / "out"), report=True)
+    assert "b_run" in err.value.where and "run_status.json" in err.value.where
+    assert not (tmp_path / "out").exists()
+    before = tree(src)
+    with pytest.raises(UserError, match="not valid JSON"):
+        collect([str(src)], str(src), report=True)
+    assert tree(src) == before
+    assert [p.name for p in tmp_path.iterdir()] == ["src"]  # no staging folder left beside it

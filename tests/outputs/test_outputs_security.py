@@ -104,7 +104,8 @@ def test_fifos_do_not_hang_collect_and_are_skipped(tmp_path: Path):
     result = json.loads((out / "experiment_result.json").read_text())
     assert {s["why"] for s in result["skipped_files"]} == {"not a regular file (a FIFO)"}
     assert len(result["skipped_files"]) == 3
-    assert sorted(tree(out)) == ["experiment_result.json", "index.html", "r1/episode_results.jsonl"]
+    assert sorted(tree(out)) == ["experiment_result.json", "index.html", "r1/episode_results.jsonl",
+                                 "report_episodes/0000.js"]  # the report's episode table of r1
 
 
 def test_an_experiment_yaml_that_is_not_an_experiment_is_not_copied(tmp_path: Path):

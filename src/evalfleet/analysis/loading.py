@@ -85,6 +85,15 @@ def run_folders(paths: Iterable[PurePosixPath]) -> dict[PurePosixPath, RunFiles]
     return {folder: files for folder, files in found.items() if files.collected() or files.arena_files()}
 
 
+def normalised_outcome(rec: dict[str, Any]) -> str:
+    """A record's status as the analyses read it: its `status`, else from `success` (none: an error)."""
+    status = rec.get("status")
+    if status in STATUSES:
+        return status
+    success = rec.get("success")
+    return "error" if success is None else ("success" if truthy(success) else "failure")
+
+
 class _Normaliser:
     """Turns raw record dicts into records with run, episode, status and success set."""
 
@@ -104,10 +113,7 @@ class _Normaliser:
                 key = (source, line)
             per_run = self._synthetic.setdefault(rec["run"], {})
             rec["episode"] = per_run.setdefault(key, len(per_run))
-        status = rec.get("status")
-        if status not in STATUSES:
-            success = rec.get("success")
-            status = "error" if success is None else ("success" if truthy(success) else "failure")
+        status = normalised_outcome(rec)
         rec["status"] = status
         rec["success"] = None if status == "error" else status == "success"
         rec["_source"] = source
@@ -305,7 +311,9 @@ def load_records(inputs: Iterable[str | os.PathLike[str]]) -> RecordSet:
 
 def record_set_from_runs(runs: Iterable[Any]) -> RecordSet:
     """A RecordSet from Runs already read and merged by collect (objects with .name, .records, .set_aside),
-    normalised as `load_records` normalises what it reads: nothing is read again."""
+    normalised as `load_records` normalises what it reads: nothing is read again. A Run that carries
+    `plot_records` (collect's `outputs.run_digest.RunDigest`: run, task, policy, status, success and progress of
+    each record, already normalised) gives those instead of its records."""
     normalise = _Normaliser()
     records: list[dict[str, Any]] = []
     set_aside = SetAside()
@@ -313,11 +321,13 @@ def record_set_from_runs(runs: Iterable[Any]) -> RecordSet:
     for run in runs:
         source = f"{run.name}/{RECORDS_FILE}"
         sources.append(source)
-        records += [normalise(rec, default_run=run.name, source=source, line=i) for i, rec in enumerate(run.records)]
+        slim = getattr(run, "plot_records", None)
+        records += slim if slim is not None else \
+            [normalise(rec, default_run=run.name, source=source, line=i) for i, rec in enumerate(run.records)]
         set_aside.add(run.set_aside)
     if not records:
         raise UserError("no episode records to analyse", where=", ".join(sources) or "the output folder")
-    return RecordSet(records=sorted(records, key=lambda r: (r["run"], r["episode"])), sources=sources,
+    return RecordSet(records=sorted(records, key=lambda r: (r["run"], r.get("episode", -1))), sources=sources,
                      set_aside=set_aside)
 
 

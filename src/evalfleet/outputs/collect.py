@@ -26,22 +26,25 @@ from typing import Any
 from evalfleet.arena_format import arena_videos
 from evalfleet.errors import UserError
 from evalfleet.feedback import is_long, track
-from evalfleet.layout import (EXPERIMENT_FILE, PARTS_DIR, PLOTS_DIR, PROTOCOL_FILE, RECORDS_FILE, REPORT_FILE,
-                              RESULT_FILE, STATUS_FILE, VIDEOS_DIR)
+from evalfleet.layout import (EXPERIMENT_FILE, PARTS_DIR, PLOTS_DIR, PROTOCOL_FILE, RECORDS_FILE, REPORT_DATA_DIR,
+                              REPORT_FILE, RESULT_FILE, STATUS_FILE, VIDEOS_DIR)
 from evalfleet.outputs.failures import ProtocolCheck, read_protocol
 from evalfleet.outputs.report import render_report
+from evalfleet.outputs.report_episodes import episode_script, script_path
+from evalfleet.outputs.run_digest import OutcomeRecords, RunDigest, digest_run
 from evalfleet.outputs.run_facts import Stopwatch, collect_facts
+from evalfleet.outputs.staging import Staging
 from evalfleet.outputs.storage import Location, check_endpoint, is_url, open_location
 from evalfleet.secrets import mask_url
 from evalfleet.outputs.stopping_result import add_stopping
-from evalfleet.outputs.summary import build_result, provenance, summarise_run
+from evalfleet.outputs.summary import build_result, provenance
 from evalfleet.rollout.records import RunRecords, RunScope, SetAside
 from evalfleet.rollout.run_folder import (experiment_document, folder_records, join, merge_statuses,
                                           planned_episodes, read_status, run_files, status_planned)
 
 log = logging.getLogger("evalfleet.outputs")
 
-SKIP_DIRS = {VIDEOS_DIR, PLOTS_DIR, PARTS_DIR}
+SKIP_DIRS = {VIDEOS_DIR, PLOTS_DIR, PARTS_DIR, REPORT_DATA_DIR}
 MAX_DEPTH = 3  # how deep below a source root Runs are looked for
 
 
@@ -147,32 +150,52 @@ def _arena_videos(src: RunSource) -> dict[tuple[int, int, int], dict[str, str]]:
     return arena_videos(names)
 
 
-def load_runs(locations: list[Location], *, merged_only: bool = False,
-              plan: dict[str, int | None] | None = None) -> list[RunData]:
-    """Every Run found in the locations, records merged across them, sorted by Run name. `plan`: each Run's
-    planned episodes from experiment.yaml, for Run folders without run_status.json."""
+def find_sources(locations: list[Location]) -> dict[str, list[RunSource]]:
+    """Every Run found in the locations, by name: where its files are (one Run may lie in several)."""
     by_name: dict[str, list[RunSource]] = {}
     for loc in locations:
         for name, src in find_runs(loc):
             by_name.setdefault(name, []).append(src)
-    files = sum(len(_files_to_read(src, merged_only)) for sources in by_name.values() for src in sources)
+    return by_name
+
+
+def stream_runs(names: list[str], found: dict[str, list[RunSource]], staging: Staging, *,
+                merged_only: bool = False, plan: dict[str, int | None] | None = None,
+                merged: bool = True, tables: bool = False) -> list[RunDigest]:
+    """Read the Runs one at a time, in `names`' order (`found`: their sources; a name without any is a Run that
+    never started), stage each one's merged episode_results.jsonl (`merged`) and its episode table for the report
+    (`tables`: `report_episodes.episode_script`), and keep only its digest (`run_digest`): memory grows with the
+    largest Run, not with the Experiment. `plan`: each Run's planned episodes from experiment.yaml, for Run
+    folders without run_status.json."""
+    files = sum(len(_files_to_read(src, merged_only)) for name in names for src in found.get(name, []))
     if is_long(files=files):
-        log.info("reading %d record files of %d Runs", files, len(by_name))
+        log.info("reading %d record files of %d Runs", files, len(names))
     ticks = track(range(files), "reading record files", total=files)
-    runs = [read_run(name, by_name[name], merged_only=merged_only, after_file=lambda: next(ticks, None),
-                     planned=(plan or {}).get(name)) for name in sorted(by_name)]
+    digests, episodes = [], 0
+    for index, name in enumerate(names):
+        planned = (plan or {}).get(name)
+        run = read_run(name, found[name], merged_only=merged_only, after_file=lambda: next(ticks, None),
+                       planned=planned) if found.get(name) else _never_started(name, planned)
+        if merged:
+            with staging.open(join(name, RECORDS_FILE)) as f:
+                for line in run.lines:
+                    f.write(line.encode("utf-8") + b"\n")
+        if tables and run.records:
+            staging.write_bytes(script_path(index), episode_script(index, name, run.records))
+        digests.append(digest_run(run, staging.dest))
+        episodes += len(run.records)
+        del run  # the next Run's records replace this one's
     for _ in ticks:  # finish the bar
         pass
-    episodes = sum(len(run.records) for run in runs)
     if is_long(files=files, episodes=episodes):
-        log.info("merged %d episodes of %d Runs", episodes, len(runs))
-    return runs
+        log.info("merged %d episodes of %d Runs", episodes, len(digests))
+    return digests
 
 
-def work_size(runs: list[RunData]) -> dict[str, int]:
+def work_size(runs: list[Any]) -> dict[str, int]:
     """How many record files and episodes the Runs came from (is the work long enough to report on?)."""
     return {"files": sum(len(src.record_files) for run in runs for src in run.sources),
-            "episodes": sum(len(run.records) for run in runs)}
+            "episodes": sum(run.episodes if isinstance(run, RunDigest) else len(run.records) for run in runs)}
 
 
 def _files_to_read(src: RunSource, merged_only: bool) -> list[str]:
@@ -186,11 +209,12 @@ def _files_to_read(src: RunSource, merged_only: bool) -> list[str]:
 
 @dataclass
 class Collected:
-    """What collect wrote, with the Runs it read (so a report or plot need not read them again)."""
+    """What collect wrote, with the digests of the Runs it read (so a report or plot need not read them again)."""
 
     result: dict[str, Any]  # experiment_result.json's content
-    runs: list[RunData]
+    runs: list[RunDigest]
     dest: Location
+    tables: bool = False  # the report's episode tables are written (report_episodes)
 
 
 def collect(sources: list[str], output: str, *, endpoint_url: str | None = None,
@@ -201,15 +225,16 @@ def collect(sources: list[str], output: str, *, endpoint_url: str | None = None,
 
 
 def collect_runs(sources: list[str], output: str, *, endpoint_url: str | None = None,
-                 report: bool = False) -> Collected:
-    """`collect`, returning the Runs it read as well."""
+                 report: bool = False, tables: bool = False) -> Collected:
+    """`collect`, returning the Runs it read as well; `tables`: write the report's episode tables even without
+    the report (`write_collected_report` will write it)."""
     if not sources:
         raise UserError("give at least one source folder or URL", where="command line")
     if endpoint_url:
         check_endpoint(endpoint_url, where="command line", key="--s3-endpoint")
     urls = mask_url(", ".join(t for t in [*sources, output] if is_url(t)) or output)
     try:
-        return _collect(sources, output, endpoint_url=endpoint_url, report=report)
+        return _collect(sources, output, endpoint_url=endpoint_url, report=report, tables=tables or report)
     except PermissionError as exc:
         raise UserError(f"access denied ({mask_url(str(exc))}); check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY "
                         "and the endpoint (--s3-endpoint or EVALFLEET_S3_ENDPOINT)", where=urls) from None
@@ -222,7 +247,8 @@ def collect_runs(sources: list[str], output: str, *, endpoint_url: str | None = 
                         "AWS_SECRET_ACCESS_KEY)", where=urls) from None
 
 
-def _collect(sources: list[str], output: str, *, endpoint_url: str | None, report: bool) -> Collected:
+def _collect(sources: list[str], output: str, *, endpoint_url: str | None, report: bool,
+             tables: bool) -> Collected:
     watch = Stopwatch()
     dest = open_location(output, endpoint_url=endpoint_url, role="output")
     locations = []
@@ -237,15 +263,24 @@ def _collect(sources: list[str], output: str, *, endpoint_url: str | None, repor
         raise UserError("output exists and is not a folder", where=dest.display())
 
     experiment_bytes, experiment_loc, (named, shared) = read_experiment(locations)
-    runs = load_runs(locations, plan=planned_episodes(named, shared))
-    if not runs:
+    found = find_sources(locations)
+    if not found:
         raise UserError(f"no Runs found (looked for <run>/{RECORDS_FILE}, <run>/{PARTS_DIR}/*.jsonl or "
                         f"<run>/{STATUS_FILE} up to {MAX_DEPTH} levels down)",
                         where=", ".join(loc.display() for loc in locations))
-
-    runs = in_experiment_order(runs + _never_started(runs, named, shared), [str(n) for n in named])
-    if is_long(**work_size(runs)):
-        log.info("collecting %d Runs from %d source(s) into %s", len(runs), len(locations), dest.display())
+    names = in_experiment_order([*found, *(str(n) for n in named if n not in found)], [str(n) for n in named])
+    if is_long(files=sum(len(src.record_files) for srcs in found.values() for src in srcs)):
+        log.info("collecting %d Runs from %d source(s) into %s", len(names), len(locations), dest.display())
+    with Staging(dest) as staging:  # nothing reaches the output before every Run has been read
+        runs = stream_runs(names, found, staging, plan=planned_episodes(named, shared), tables=tables)
+        outcomes = OutcomeRecords(runs)  # each Run's outcomes by episode, made from its digest when asked for
+        result = build_result([r.summary for r in runs],
+                              provenance(experiment_bytes, sources=[_safe_url(s) for s in sources]),
+                              skipped=skipped_files(locations), records=outcomes,
+                              protocols={r.name: r.protocol for r in runs if r.protocol},
+                              failure_facts={r.name: r.failure_facts for r in runs})
+        result = add_stopping(result, named, shared, outcomes)  # sequential decisions
+        staging.commit()
     for run in runs:
         _write_run(run, dest)
     if experiment_loc is not None and not experiment_loc.same_place(dest):
@@ -254,17 +289,10 @@ def _collect(sources: list[str], output: str, *, endpoint_url: str | None, repor
         if not loc.same_place(dest) and loc.isdir(PLOTS_DIR):
             for rel in loc.walk_files(PLOTS_DIR):
                 _copy_if_changed(loc, rel, dest, rel)
-
-    summaries = [summarise_run(r.name, r.records, r.summary_status(), set_aside=r.set_aside) for r in runs]
-    for run, summary in zip(runs, summaries):
-        run.summary = summary
-    result = build_result(summaries, provenance(experiment_bytes, sources=[_safe_url(s) for s in sources]),
-                          skipped=skipped_files(locations), records={r.name: r.records for r in runs},
-                          protocols={r.name: r.protocol for r in runs if r.protocol})
-    result = add_stopping(result, named, shared, {r.name: r.records for r in runs})  # sequential decisions
+    result["skipped_files"] = skipped_files(locations)  # with what copying the videos and plots found
     result.update(collect_facts(locations, runs, dest, collect_s=watch.seconds()))  # metadata, manifest, timings
     dest.write_bytes(RESULT_FILE, (json.dumps(result, indent=2, sort_keys=False) + "\n").encode())
-    collected = Collected(result, runs, dest)
+    collected = Collected(result, runs, dest, tables=tables)
     if report:
         write_collected_report(collected)
     return collected
@@ -314,31 +342,34 @@ def experiment_run_order(experiment_bytes: bytes | None) -> list[str]:
     return [str(name) for name in _experiment_runs(experiment_bytes)[0]]
 
 
-def in_experiment_order(found: list[RunData], order: list[str]) -> list[RunData]:
+def in_experiment_order(found: list[Any], order: list[str]) -> list[Any]:
     """The Experiment's order (the report and experiment_result.json list Runs as the file does); Runs it does
-    not name follow by name."""
+    not name follow by name. `found`: Run names, or Runs (objects with .name)."""
     index = {name: i for i, name in enumerate(order)}
-    return sorted(found, key=lambda r: (index.get(r.name, len(index)), r.name))
+
+    def name(r: Any) -> str:
+        return r if isinstance(r, str) else r.name
+
+    return sorted(found, key=lambda r: (index.get(name(r), len(index)), name(r)))
 
 
-def _never_started(found: list[RunData], runs: dict[str, Any], shared: dict[str, Any]) -> list[RunData]:
-    """Runs the Experiment names that left nothing at all (their task never started, or its output was
-    lost): failed, with the reason, so every Run of the Experiment has an execution status."""
-    have = {r.name for r in found}
-    plan = planned_episodes(runs, shared)
-    out = []
-    for name in runs:
-        if name in have:
-            continue
-        status = {"state": "failed", "run": name, "reason": "never started: no output from this Run's runner task "
-                  "(it was not scheduled, or failed before writing anything)", "planned_episodes": plan[name]}
-        out.append(RunData(name=name, sources=[], records=[], lines=[], status=status))
-    return out
+def _never_started(name: str, planned: int | None) -> RunData:
+    """A Run the Experiment names that left nothing at all (its task never started, or its output was lost):
+    failed, with the reason, so every Run of the Experiment has an execution status."""
+    status = {"state": "failed", "run": name, "reason": "never started: no output from this Run's runner task "
+              "(it was not scheduled, or failed before writing anything)", "planned_episodes": planned}
+    return RunData(name=name, sources=[], records=[], lines=[], status=status)
 
 
 def write_collected_report(collected: Collected, title: str | None = None) -> str:
-    """index.html beside a collect's result, from the Runs it read (nothing is read again); its location."""
+    """index.html beside a collect's result, from the Runs it read; its location. The episode tables are the
+    ones collect wrote (`collect_runs(tables=True)`), else made here from each Run's merged file, one at a time."""
     dest = collected.dest
+    if not collected.tables:
+        for index, run in enumerate(collected.runs):
+            if run.episodes:
+                dest.write_bytes(script_path(index), episode_script(index, run.name, run.records))
+        collected.tables = True
     images = (".png", ".svg", ".jpg", ".jpeg")
     plots = sorted(rel for rel in dest.walk_files(PLOTS_DIR) if rel.lower().endswith(images)) \
         if dest.isdir(PLOTS_DIR) else []
@@ -350,9 +381,9 @@ def write_collected_report(collected: Collected, title: str | None = None) -> st
     return dest.display(REPORT_FILE)
 
 
-def _write_run(run: RunData, dest: Location) -> None:
-    body = ("\n".join(run.lines) + "\n") if run.lines else ""
-    dest.write_bytes(join(run.name, RECORDS_FILE), body.encode("utf-8"))
+def _write_run(run: RunDigest, dest: Location) -> None:
+    """What a Run folder holds besides its merged records (staged and moved in before): its videos,
+    run_status.json and protocol.json."""
     for src in run.sources:
         for n in src.loose_videos:  # Arena's videos beside its records land in <run>/videos/
             _copy_if_changed(src.location, join(src.rel, n), dest, join(run.name, VIDEOS_DIR, n))

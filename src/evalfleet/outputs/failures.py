@@ -103,19 +103,25 @@ def declared_codes(protocols: Iterable[dict[str, Any]]) -> dict[str, dict[str, A
     return out
 
 
+def run_failure_facts(records: Iterable[dict[str, Any]]) -> tuple[dict[str, int], set[str]]:
+    """What the roll-up needs of one Run's records: {code: count} (`count_codes`) and their protocol identities."""
+    records = list(records)
+    return count_codes(records), {p for rec in records if (p := record_protocol(rec))}
+
+
 def add_failures(runs: list[dict[str, Any]], records: dict[str, list[dict[str, Any]]],
-                 protocols: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+                 protocols: dict[str, dict[str, Any]] | None = None, *,
+                 facts: dict[str, tuple[dict[str, int], set[str]]] | None = None) -> dict[str, Any]:
     """Adds `failures` ({code: count}) and `protocol` to each Run summary in `runs` (in place) and returns the
     result's `failures_by_policy` ({policy: {code: count}}) and `failure_codes` ({code: {kind, description}}
-    for every code counted; kind and description None where no protocol declares the code)."""
+    for every code counted; kind and description None where no protocol declares the code). `facts`: a Run's
+    `run_failure_facts`, taken by collect while it held the Run's records, in place of `records`."""
     protocols = protocols or {}
     by_policy: dict[str, dict[str, int]] = {}
     for summary in runs:
         name = summary["run"]
-        recs = records.get(name, [])
-        counts = count_codes(recs)
+        counts, ids = (facts or {}).get(name) or run_failure_facts(records.get(name, []))
         summary["failures"] = counts
-        ids = {p for rec in recs if (p := record_protocol(rec))}
         summary["protocol"] = min(ids) if ids else (protocols.get(name) or {}).get("identity")
         cell = by_policy.setdefault(str(summary.get("policy")), {})
         for code, n in counts.items():

@@ -14,12 +14,14 @@ from evalfleet.errors import UserError
 from evalfleet.feedback import is_long
 from evalfleet.rollout.run_folder import planned_episodes
 from evalfleet.layout import PLOTS_DIR, REPORT_FILE, RESULT_FILE
-from evalfleet.outputs.collect import (Collected, collect_runs, in_experiment_order, load_runs,
-                                      read_experiment, skipped_files, work_size, write_collected_report)
+from evalfleet.outputs.collect import (Collected, collect_runs, find_sources, in_experiment_order, read_experiment,
+                                      skipped_files, stream_runs, work_size, write_collected_report)
 from evalfleet.outputs.report import render_report
+from evalfleet.outputs.run_digest import OutcomeRecords
+from evalfleet.outputs.staging import Staging
 from evalfleet.outputs.storage import Location
 from evalfleet.secrets import mask_url
-from evalfleet.outputs.summary import build_result, provenance, summarise_run
+from evalfleet.outputs.summary import build_result, provenance
 
 log = logging.getLogger("evalfleet.outputs")
 
@@ -55,7 +57,7 @@ def finalize(out: str | os.PathLike[str]) -> Finalized:
     from evalfleet.analysis.success import SUCCESS_PLOT, write_success_plots
 
     out = Path(out)
-    collected = collect_runs([str(out)], str(out))
+    collected = collect_runs([str(out)], str(out), tables=True)
     plots: list[Path] = []
     problem = None
     if is_long(**work_size(collected.runs)):
@@ -81,22 +83,17 @@ def write_report(directory: str | os.PathLike[str], *, title: str | None = None)
                         where=mask_url(directory))
     loc = Location(url=directory, root=directory)
     exp_bytes, _, (named, shared) = read_experiment([loc])
-    runs = load_runs([loc], merged_only=True, plan=planned_episodes(named, shared))
-    if not runs:
+    found = find_sources([loc])
+    if not found:
         raise UserError("no Runs found here (expected <run>/episode_results.jsonl)", where=directory)
-    runs = in_experiment_order(runs, list(named))  # as collect lists them
-    result = None
-    if loc.is_file(RESULT_FILE):
-        try:
-            result = json.loads(loc.read_bytes(RESULT_FILE))
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise UserError(f"not valid JSON ({exc}); run `evalfleet collect` again",
-                            where=loc.display(RESULT_FILE)) from None
-        if not isinstance(result, dict) or not isinstance(result.get("runs"), dict):
-            raise UserError("not an evalfleet experiment result", where=loc.display(RESULT_FILE))
+    with Staging(loc) as staging:  # the episode tables, moved in once every Run has been read
+        runs = stream_runs(in_experiment_order(list(found), list(named)), found, staging, merged_only=True,
+                           plan=planned_episodes(named, shared), merged=False, tables=True)
+        result = _read_result(loc)
+        staging.commit()
     if result is None:
-        summaries = [summarise_run(r.name, r.records, r.summary_status(), set_aside=r.set_aside) for r in runs]
-        result = build_result(summaries, provenance(exp_bytes), records={r.name: r.records for r in runs})
+        result = build_result([r.summary for r in runs], provenance(exp_bytes), records=OutcomeRecords(runs),
+                              failure_facts={r.name: r.failure_facts for r in runs})
     images = (".png", ".svg", ".jpg", ".jpeg")
     plots = [rel for rel in loc.walk_files(PLOTS_DIR) if rel.lower().endswith(images)] if loc.isdir(PLOTS_DIR) else []
     listed = result.get("skipped_files") if isinstance(result.get("skipped_files"), list) else []
@@ -109,3 +106,17 @@ def write_report(directory: str | os.PathLike[str], *, title: str | None = None)
         log.info("writing %s", path)
     loc.write_bytes(REPORT_FILE, render_report(result, runs, plots=plots, title=title).encode("utf-8"))
     return path
+
+
+def _read_result(loc: Location) -> dict[str, Any] | None:
+    """The folder's experiment_result.json, None when there is none; UserError naming it when it is not one."""
+    if not loc.is_file(RESULT_FILE):
+        return None
+    try:
+        result = json.loads(loc.read_bytes(RESULT_FILE))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UserError(f"not valid JSON ({exc}); run `evalfleet collect` again",
+                        where=loc.display(RESULT_FILE)) from None
+    if not isinstance(result, dict) or not isinstance(result.get("runs"), dict):
+        raise UserError("not an evalfleet experiment result", where=loc.display(RESULT_FILE))
+    return result

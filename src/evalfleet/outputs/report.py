@@ -1,29 +1,25 @@
-"""The report: one self-contained `index.html` (inline CSS and JS, nothing fetched from the network).
+"""The report: `index.html` (inline CSS and JS, nothing fetched from the network) and its episode tables.
 
 The summary, the task × policy matrix, provenance and plots are rendered here as static HTML; the per-episode
-table (filters, sorting, pages of 100 rows, inline videos) is drawn by the inline script from a compact columnar
-JSON embedded in a `<script type="application/json">` tag, so the file stays small and fast at 100,000 episodes.
-Plots and videos are referenced by relative paths: the report opens from disk next to them.
+table (filters, sorting, pages of 100 rows, inline videos) is drawn by the inline script from each Run's compact
+columnar table, a script beside the page (`report_episodes`: `report_episodes/<NNNN>.js`) that the page loads
+when the user opens that Run (every Run at once for a small Experiment), so index.html's size depends on the
+number of Runs, never on the number of episodes. Plots, videos and the tables are referenced by relative paths:
+the report opens from disk next to them, or from a bucket.
 """
 
 from __future__ import annotations
 
 import html
 import json
-import math
 import re
 from importlib import resources
 from typing import Any, Iterable
 
 from evalfleet.outputs.report_decisions import decisions_section, has_stopping, ranking_section, stopping_rate_note
+from evalfleet.outputs.report_episodes import episode_manifest, script_safe
 from evalfleet.outputs.report_failures import failures_section
 from evalfleet.outputs.report_timings import metadata_line, timings_section
-
-_VECTOR_NAMES = {3: ("x", "y", "z")}
-_COLOR_NAMES = ("r", "g", "b")
-MAX_VECTOR_COMPONENTS = 8
-MAX_ERROR_CHARS = 200
-VALUE_FORMAT = ".3g"  # variation values and durations in the embedded table: 3 significant digits
 
 
 def _asset(name: str) -> str:
@@ -130,22 +126,20 @@ def _skipped_section(result: dict[str, Any]) -> str:
             f'or copied:</p><ul>{items}</ul></div>')
 
 
-# The progress summary lives with the rest of a Run's summary (experiment_result.json); the report shows it.
-from evalfleet.outputs.summary import progress_summary  # noqa: E402 - beside its one use, after the table helpers
-
-
-def _progress_section(runs: list[Any]) -> str:
+def _progress_section(result: dict[str, Any]) -> str:
+    """Each Run's progress summary (experiment_result.json's `runs.<run>.progress`, `summary.progress_summary`)."""
     rows = []
-    for run in runs:
-        summary = progress_summary(run.records)
-        if summary is None:
+    for name, entry in (result.get("runs") or {}).items():
+        summary = entry.get("progress") if isinstance(entry, dict) else None
+        if not isinstance(summary, dict) or not summary.get("episodes"):
             continue
         n = summary["episodes"]
-        funnel = "".join(f'<li><span class="criterion">{_e(name)}</span> {met}/{n} ({fmt_pct(met / n)})</li>'
-                         for name, met in summary["criteria"].items())
-        rows.append(f'<tr data-run="{_e(run.name)}"><td class="run">{_e(run.name)}</td><td class="num">{n}</td>'
+        funnel = "".join(f'<li><span class="criterion">{_e(c)}</span> {met}/{n} ({fmt_pct(met / n)})</li>'
+                         for c, met in (summary.get("criteria") or {}).items())
+        rows.append(f'<tr data-run="{_e(name)}"><td class="run">{_e(name)}</td><td class="num">{n}</td>'
                     f'<td class="num progress-mean">{fmt_pct(summary["mean"])}</td>'
-                    f'<td class="num">{summary["all_complete"]}</td><td><ol class="funnel">{funnel}</ol></td></tr>')
+                    f'<td class="num">{summary.get("all_complete", 0)}</td><td><ol class="funnel">{funnel}</ol></td>'
+                    '</tr>')
     if not rows:
         return ""
     return ('<h2>Progress</h2><table id="progress" class="grid"><thead><tr><th>Run</th><th>Episodes</th>'
@@ -200,141 +194,12 @@ def _plots_section(plots: Iterable[str]) -> str:
     return '<div class="plots">' + "".join(figs) + "</div>"
 
 
-# --- the compact episode data --------------------------------------------------------------------------
-
-def _num(v: Any, spec: str = ".4g") -> str:
-    if isinstance(v, bool):
-        return "1" if v else "0"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        if math.isnan(v) or math.isinf(v):
-            return "null"
-        if v == int(v) and abs(v) < 1e15:
-            return str(int(v))
-        return format(v, spec)
-    return "null"
-
-
-def _component_names(key: str, n: int) -> tuple[str, ...]:
-    if n == 3:
-        low = key.lower()
-        if "color" in low or "colour" in low or "rgb" in low:
-            return _COLOR_NAMES
-        return _VECTOR_NAMES[3]
-    return tuple(str(i) for i in range(n))
-
-
-def _variation_columns(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Columns for every variation key present: numeric scalars, vector components, or categories."""
-    keys: dict[str, str] = {}  # key -> kind: num | vec | cat
-    vec_len: dict[str, int] = {}
-    for rec in records:
-        for k, v in (rec.get("variations") or {}).items():
-            kind = keys.get(k)
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                new = "num"
-            elif isinstance(v, list) and v and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
-                new = "vec"
-                vec_len[k] = max(vec_len.get(k, 0), len(v))
-            else:
-                new = "cat"
-            if kind is None or kind == new:
-                keys[k] = new
-            else:
-                keys[k] = "cat"
-    columns = []
-    for key in sorted(keys):
-        kind = keys[key]
-        if kind == "num":
-            data = [_num((rec.get("variations") or {}).get(key), VALUE_FORMAT) for rec in records]
-            columns.append({"key": key, "kind": "num", "data": "[" + ",".join(data) + "]"})
-        elif kind == "vec":
-            n = min(vec_len[key], MAX_VECTOR_COMPONENTS)
-            names = _component_names(key, vec_len[key])
-            for i in range(n):
-                data = []
-                for rec in records:
-                    v = (rec.get("variations") or {}).get(key)
-                    data.append(_num(v[i], VALUE_FORMAT) if isinstance(v, list) and len(v) > i else "null")
-                columns.append({"key": f"{key}.{names[i]}", "kind": "num", "data": "[" + ",".join(data) + "]"})
-        else:
-            cats: dict[str, int] = {}
-            codes = []
-            for rec in records:
-                v = (rec.get("variations") or {}).get(key)
-                if v is None:
-                    codes.append("-1")
-                    continue
-                s = v if isinstance(v, str) else json.dumps(v, separators=(",", ":"))
-                codes.append(str(cats.setdefault(s, len(cats))))
-            columns.append({"key": key, "kind": "cat", "cats": list(cats), "data": "[" + ",".join(codes) + "]"})
-    return columns
-
-
-def episode_data_json(runs: list[Any]) -> str:
-    """The episode table as compact columnar JSON (rows sorted by Run, then episode).
-
-    Layout: runs (names), counts (rows per Run), ep (episode index deltas within each Run, so a contiguous
-    Run is a list of 1s), st (one character per row: s/f/e), len, dur, vars (columns, values to 3
-    significant digits), video and err (sparse [row, value] pairs), att (sparse [row, attempt] pairs where
-    attempt != 1). Seeds and exact values stay in the Runs' episode_results.jsonl.
-    """
-    names, counts, ep, st, ln, dur = [], [], [], [], [], []
-    video, err, att = [], [], []
-    all_records: list[dict[str, Any]] = []
-    row = 0
-    code = {"success": "s", "failure": "f"}
-    for run in runs:
-        names.append(run.name)
-        counts.append(str(len(run.records)))
-        prev = -1
-        for rec in run.records:
-            e = int(rec.get("episode", rec.get("env_id", 0)))
-            ep.append(str(e - prev))
-            prev = e
-            st.append(code.get(rec.get("status"), "e"))
-            ln.append(_num(rec.get("episode_length")))
-            d = rec.get("duration_s")
-            dur.append(_num(d, VALUE_FORMAT))
-            v = rec.get("video")
-            if isinstance(v, dict) and v:
-                video.append([row, {str(cam): f"{run.name}/{path}" for cam, path in v.items()}])
-            if rec.get("error"):
-                err.append([row, str(rec["error"])[:MAX_ERROR_CHARS]])
-            a = rec.get("attempt")
-            if isinstance(a, int) and a != 1:
-                att.append([row, a])
-            row += 1
-        all_records.extend(run.records)
-    var_cols = _variation_columns(all_records)
-    var_json = ",".join(
-        "{" + f'"key":{json.dumps(c["key"])},"kind":"{c["kind"]}",'
-        + (f'"cats":{json.dumps(c["cats"])},' if c["kind"] == "cat" else "")
-        + f'"data":{c["data"]}' + "}"
-        for c in var_cols
-    )
-    dumps = json.dumps
-    return (
-        "{"
-        f'"runs":{dumps(names)},"counts":[{",".join(counts)}],"ep":[{",".join(ep)}],'
-        f'"st":"{"".join(st)}","len":[{",".join(ln)}],"dur":[{",".join(dur)}],'
-        f'"vars":[{var_json}],"video":{dumps(video, separators=(",", ":"))},'
-        f'"err":{dumps(err, separators=(",", ":"))},"att":{dumps(att, separators=(",", ":"))}'
-        "}"
-    )
-
-
-def _script_safe(text: str) -> str:
-    # Inside <script>, "<" only appears in JSON strings, where \u003c is the same character.
-    return text.replace("<", "\\u003c")
-
-
 # --- the page --------------------------------------------------------------------------------------------
 
 def render_report(result: dict[str, Any], runs: list[Any], *, plots: Iterable[str] = (),
                   title: str | None = None) -> str:
-    """index.html's text for a collected result and its Runs (objects with .name and .records)."""
+    """index.html's text for a collected result and its Runs (objects with .name and .episodes, the records that
+    count: collect's `run_digest.RunDigest`), whose episode tables lie beside it (`report_episodes`)."""
     prov = result.get("provenance") or {}
     summary = result.get("summary") or {}
     by_status = summary.get("runs_by_status") or {}
@@ -352,12 +217,12 @@ def render_report(result: dict[str, Any], runs: list[Any], *, plots: Iterable[st
         "/*__CSS__*/": _asset("report.css"),
         "__PROVENANCE__": _provenance_line(prov) + metadata_line(result),
         "__OVERVIEW__": _e(overview),
-        "__SUMMARY__": _summary_table(result) + _skipped_section(result) + _progress_section(runs),
+        "__SUMMARY__": _summary_table(result) + _skipped_section(result) + _progress_section(result),
         "__MATRIX__": _matrix_table(result),
         "__DECISIONS__": failures_section(result) + decisions_section(result) + ranking_section(result),
         "__PLOTS__": _plots_section(plots) + timings_section(result),
-        "__META__": _script_safe(json.dumps(meta)),
-        "__EPISODES__": _script_safe(episode_data_json(runs)),
+        "__META__": script_safe(json.dumps(meta)),
+        "__EPISODES__": script_safe(episode_manifest([(run.name, run.episodes) for run in runs])),
         "/*__JS__*/": _asset("report.js"),
     }
     # One pass, so text inserted for one placeholder is never scanned for another.

@@ -245,6 +245,21 @@ class Location:
         else:
             self.fs.pipe_file(path, data)
 
+    def move_in(self, local_path: str, rel: str) -> None:
+        """Put a local file (a staged one, `outputs.staging`) at `rel`: renamed into place on the same local
+        filesystem, else copied (and the local file left for its owner to delete)."""
+        path = self.join(rel)
+        if not self.is_local:
+            self.fs.put_file(local_path, path)
+            return
+        self._writable_local(path)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            os.replace(local_path, path)
+        except OSError:  # another filesystem: copy through a temporary file, then rename
+            folder = os.path.dirname(local_path)
+            self.copy_from(Location(url=folder, root=folder), os.path.basename(local_path), rel)
+
     def copy_from(self, src: "Location", rel_src: str, rel_dst: str) -> None:
         """Copy one file; a local source must be a regular file inside `src` (Location.open_local)."""
         dst_path = self.join(rel_dst)

@@ -226,13 +226,15 @@ def provenance(experiment_yaml: bytes | None, *, sources: list[str] | None = Non
 def build_result(runs: list[dict[str, Any]], prov: dict[str, Any], *,
                  skipped: list[dict[str, str]] | None = None,
                  records: dict[str, list[dict[str, Any]]] | None = None,
-                 protocols: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+                 protocols: dict[str, dict[str, Any]] | None = None,
+                 failure_facts: dict[str, tuple[dict[str, int], set[str]]] | None = None) -> dict[str, Any]:
     """experiment_result.json's content. `skipped`: files the sources held that were not read (a link leading
     out of its folder, a FIFO, an experiment.yaml that is not an Experiment), as {"path", "why"}. `records`
     (Run name -> the records that count) adds `ranking` when two or more policies share a task, and the failure
     roll-up (`outputs.failures`: each Run's `failures` and `protocol`, `failures_by_policy`, `failure_codes`,
-    kinds and descriptions from `protocols`, Run name -> its protocol.json)."""
-    failures = add_failures(runs, records or {}, protocols)
+    kinds and descriptions from `protocols`, Run name -> its protocol.json); `failure_facts` (Run name ->
+    `failures.run_failure_facts`) stands in for the records there, `records` then need only episode and status."""
+    failures = add_failures(runs, records or {}, protocols, facts=failure_facts)
     by_status = {s: 0 for s in RUN_STATUSES}
     totals = {"success": 0, "failure": 0, "error": 0, "missing": 0, "recorded": 0, "set_aside": 0}
     for r in runs:

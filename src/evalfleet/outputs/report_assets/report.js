@@ -1,14 +1,90 @@
 /* evalfleet report: the per-episode table (filters, sorting, pages, inline videos).
-   Data: the columnar JSON in #episode-data (see evalfleet.outputs.report.episode_data_json). No network. */
+   Data: #episode-data is the manifest of the Runs' tables (evalfleet.outputs.report_episodes.episode_manifest);
+   each Run's table is a script beside the page (report_episodes/NNNN.js, run_episode_json's columns), added
+   when the user opens that Run (every Run at once for a small Experiment): a <script src>, which works from
+   disk (file://, where fetch() is refused) and from a bucket alike. No network beyond the page's own folder. */
 (function () {
   "use strict";
   var PAGE_SIZE = 100;
   var STATUS_NAMES = { s: "success", f: "failure", e: "error" };
-  var D = JSON.parse(document.getElementById("episode-data").textContent);
+  var M = JSON.parse(document.getElementById("episode-data").textContent);
+  var store = window.__evalfleet_episodes = window.__evalfleet_episodes || {};
+  var loaded = {}, loading = {};  // Run index -> its table / the callbacks waiting for it
+  var D, n, runIdx, ep, lenCol, durCol, videos, errors, attempts, vars, varByKey, columns;
 
+  function loadRun(r, done) {
+    if (loaded[r] || !M.files[r]) { done(); return; }
+    if (loading[r]) { loading[r].push(done); return; }
+    loading[r] = [done];
+    var s = document.createElement("script");
+    s.src = M.files[r];
+    s.onload = s.onerror = function () {
+      var t = store[r];
+      if (t && t.run === M.runs[r]) loaded[r] = t;
+      else document.getElementById("load-error").textContent = "could not load the episodes of " + M.runs[r] +
+        " (" + M.files[r] + "); run evalfleet report again";
+      var waiting = loading[r]; delete loading[r];
+      waiting.forEach(function (f) { f(); });
+    };
+    document.head.appendChild(s);
+  }
+  function loadRuns(list, done) {  // done(true) when a table arrived that the page did not have
+    list = list.filter(function (r) { return !loaded[r] && M.files[r]; });
+    var left = list.length;
+    if (!left) { done(false); return; }
+    list.forEach(function (r) { loadRun(r, function () { if (--left === 0) done(true); }); });
+  }
+  function allRuns() { return M.runs.map(function (_, r) { return r; }); }
+
+  // The loaded Runs' tables as one: rows by Run (the report's order), then episode; row numbers global.
+  function combine() {
+    var out = { runs: M.runs, counts: [], ep: [], st: "", len: [], dur: [], vars: [], video: [], err: [], att: [] };
+    var byKey = {}, row = 0, parts = [];
+    M.runs.forEach(function (name, r) {
+      var t = loaded[r];
+      out.counts.push(t ? t.count : 0);
+      if (!t) return;
+      parts.push(t.st);
+      Array.prototype.push.apply(out.ep, t.ep);
+      Array.prototype.push.apply(out.len, t.len);
+      Array.prototype.push.apply(out.dur, t.dur);
+      t.video.forEach(function (p) { out.video.push([p[0] + row, p[1]]); });
+      t.err.forEach(function (p) { out.err.push([p[0] + row, p[1]]); });
+      t.att.forEach(function (p) { out.att.push([p[0] + row, p[1]]); });
+      t.vars.forEach(function (v) {
+        var c = byKey[v.key];
+        if (!c) { c = byKey[v.key] = { key: v.key, kind: v.kind, cats: [], catIndex: {}, parts: [] }; }
+        else if (c.kind !== v.kind) c.kind = "cat";
+        c.parts.push([row, t.count, v]);
+      });
+      row += t.count;
+    });
+    out.st = parts.join("");
+    Object.keys(byKey).sort().forEach(function (key) {
+      var c = byKey[key], data = new Array(row);
+      for (var i = 0; i < row; i++) data[i] = c.kind === "cat" ? -1 : null;
+      c.parts.forEach(function (p) {
+        var start = p[0], count = p[1], v = p[2];
+        for (var k = 0; k < count; k++) {
+          var x = v.data[k];
+          if (c.kind !== "cat") { data[start + k] = x; continue; }
+          var s = v.kind === "cat" ? (x < 0 ? null : v.cats[x]) : (x === null ? null : String(x));
+          if (s === null) continue;
+          if (!(s in c.catIndex)) { c.catIndex[s] = c.cats.length; c.cats.push(s); }
+          data[start + k] = c.catIndex[s];
+        }
+      });
+      out.vars.push(c.kind === "cat" ? { key: key, kind: "cat", cats: c.cats, data: data } :
+        { key: key, kind: "num", data: data });
+    });
+    return out;
+  }
+
+  function setup() {
+  D = combine();
   // ---- decode columns -------------------------------------------------------------------------------
-  var n = D.st.length;
-  var runIdx = new Uint16Array(n), ep = new Int32Array(n);
+  n = D.st.length;
+  runIdx = new Uint16Array(n); ep = new Int32Array(n);
   var row = 0;
   for (var r = 0; r < D.runs.length; r++) {
     var prev = -1;
@@ -23,8 +99,8 @@
     for (var i = 0; i < n; i++) out[i] = arr[i] === null || arr[i] === undefined ? NaN : arr[i];
     return out;
   }
-  var lenCol = numCol(D.len), durCol = numCol(D.dur);
-  var videos = new Map(), errors = new Map(), attempts = new Map();
+  lenCol = numCol(D.len); durCol = numCol(D.dur);
+  videos = new Map(); errors = new Map(); attempts = new Map();
   D.video.forEach(function (p) { videos.set(p[0], p[1]); });
   D.err.forEach(function (p) { errors.set(p[0], p[1]); });
   D.att.forEach(function (p) { attempts.set(p[0], p[1]); });
@@ -41,7 +117,7 @@
     });
     return Math.min(most, 6);
   }
-  var vars = D.vars.map(function (v) {
+  vars = D.vars.map(function (v) {
     if (v.kind === "num") return { key: v.key, kind: "num", col: numCol(v.data), digits: decimalsOf(v.data) };
     return { key: v.key, kind: "cat", cats: v.cats, col: Int32Array.from(v.data) };
   });
@@ -52,7 +128,7 @@
     if (digits === undefined) return String(x);
     return x.toFixed(digits);
   }
-  var columns = [
+  columns = [
     { name: "Run", key: "run", value: function (i) { return runIdx[i]; }, text: function (i) { return D.runs[runIdx[i]]; } },
     { name: "Episode", key: "episode", value: function (i) { return ep[i]; }, text: function (i) { return String(ep[i]); }, num: true },
     { name: "Status", key: "status", value: function (i) { return D.st.charCodeAt(i); }, html: function (i) {
@@ -73,6 +149,11 @@
                  text: function (i) { return String(attempts.get(i) || 1); }, num: true });
   columns.push({ name: "Video", key: "video", value: function (i) { return videos.has(i) ? 1 : 0; }, html: videoCell });
   columns.push({ name: "Error", key: "error", value: function (i) { return errors.get(i) || ""; }, text: function (i) { return errors.get(i) || ""; }, cls: "err" });
+  varByKey = {};
+  vars.forEach(function (v) { varByKey[v.key] = v; });
+  varFilters();
+  header();
+  }
 
   function esc(s) {
     return String(s).replace(/[&<>"']/g, function (c) {
@@ -90,18 +171,21 @@
 
   // ---- state ------------------------------------------------------------------------------------------
   var state = { run: "", statuses: { s: true, f: true, e: true }, video: false, ranges: {}, cats: {},
-                sortCol: -1, sortDir: 1, page: 0 };
+                sortCol: -1, sortKey: null, sortDir: 1, page: 0 };
   var visible = new Uint32Array(0), visibleCount = 0;
   var openPlayers = new Set();
 
   // ---- filter controls ---------------------------------------------------------------------------------
   var runSelect = document.getElementById("f-run");
-  D.runs.forEach(function (name, r) {
+  M.runs.forEach(function (name, r) {
     var o = document.createElement("option");
-    o.value = String(r); o.textContent = name + " (" + D.counts[r] + ")";
+    o.value = String(r); o.textContent = name + " (" + M.counts[r] + ")";
     runSelect.appendChild(o);
   });
   var varBox = document.getElementById("filter-vars");
+  function varFilters() {
+  varBox.innerHTML = "";  // another Run's table arrived: the variation filters start afresh
+  state.ranges = {}; state.cats = {};
   vars.forEach(function (v) {
     var box = document.createElement("span");
     box.className = "varfilter";
@@ -132,7 +216,13 @@
       refilter();
     }
   });
-  runSelect.addEventListener("change", function () { state.run = runSelect.value; refilter(); });
+  }
+  function openRun(value) {
+    state.run = value;
+    var want = value === "" ? (M.auto ? allRuns() : []) : [Number(value)];
+    loadRuns(want, function (fresh) { if (fresh || !columns) setup(); refilter(); });
+  }
+  runSelect.addEventListener("change", function () { openRun(runSelect.value); });
   Array.prototype.forEach.call(document.querySelectorAll(".f-status"), function (cb) {
     cb.addEventListener("change", function () { state.statuses[cb.value] = cb.checked; refilter(); });
   });
@@ -144,8 +234,6 @@
   });
 
   // ---- filtering, sorting, paging -------------------------------------------------------------------------
-  var varByKey = {};
-  vars.forEach(function (v) { varByKey[v.key] = v; });
   function refilter() {
     var runF = state.run === "" ? -1 : Number(state.run);
     var ranges = Object.keys(state.ranges).map(function (k) { return [varByKey[k].col, state.ranges[k].min, state.ranges[k].max]; });
@@ -187,13 +275,19 @@
   }
 
   var thead = document.querySelector("#episodes thead"), tbody = document.querySelector("#episodes tbody");
+  function header() {  // the sorted column found again by its key (new variation columns move the others)
+  state.sortCol = -1;
+  columns.forEach(function (c, j) { if (c.key === state.sortKey) state.sortCol = j; });
   thead.innerHTML = "<tr>" + columns.map(function (c, j) {
-    return '<th data-col="' + j + '" data-key="' + esc(c.key) + '">' + esc(c.name) + "</th>"; }).join("") + "</tr>";
+    var cls = j === state.sortCol ? ' class="' + (state.sortDir > 0 ? "sorted-asc" : "sorted-desc") + '"' : "";
+    return '<th data-col="' + j + '" data-key="' + esc(c.key) + '"' + cls + ">" + esc(c.name) + "</th>"; }).join("") + "</tr>";
+  }
   thead.addEventListener("click", function (e) {
     var th = e.target.closest("th");
     if (!th) return;
     var j = Number(th.getAttribute("data-col"));
     if (state.sortCol === j) state.sortDir = -state.sortDir; else { state.sortCol = j; state.sortDir = 1; }
+    state.sortKey = columns[j].key;
     Array.prototype.forEach.call(thead.querySelectorAll("th"), function (h) { h.className = ""; });
     th.className = state.sortDir > 0 ? "sorted-asc" : "sorted-desc";
     resort();
@@ -230,12 +324,14 @@
       }
     }
     tbody.innerHTML = html.join("");
-    document.getElementById("count").textContent = visibleCount + " of " + n + " episodes";
+    var total = M.total, shown = n;
+    document.getElementById("count").textContent = visibleCount + " of " + shown + " episodes" +
+      (shown < total ? " loaded (" + total + " in all: choose a Run to load its episodes)" : "");
     document.getElementById("page").textContent = "page " + (state.page + 1) + " of " + pages;
     document.getElementById("prev").disabled = state.page === 0;
     document.getElementById("next").disabled = end >= visibleCount;
     document.body.setAttribute("data-ready", "1");
   }
 
-  refilter();
+  openRun("");
 })();

@@ -1,0 +1,152 @@
+"""The report's episode tables, kept out of index.html: one small script per Run, loaded when the user opens it.
+
+`index.html` holds only the summary and a manifest of the Runs' tables (`episode_manifest`: Run names, episode
+counts, the script of each), so its size depends on the number of Runs, never on the number of episodes. Each
+Run's table is `report_episodes/<NNNN>.js` (`layout.REPORT_DATA_DIR`; NNNN the Run's place in the report),
+written by `episode_script` while collect holds that Run's records and no other's:
+
+    (window.__evalfleet_episodes = window.__evalfleet_episodes || {})[3] = {"run": "...", "ep": [...], ...};
+
+a script, not JSON, because Chromium refuses fetch() of a file:// URL but runs a `<script src>` beside the page,
+so the report works opened from disk and from a bucket alike. The table's layout (one Run): ep (episode index
+deltas, a contiguous Run is a list of 1s), st (one character per row: s/f/e), len, dur, vars (columns, values to
+3 significant digits), video and err (sparse [row, value] pairs), att (sparse [row, attempt] where attempt != 1).
+Seeds and exact values stay in the Run's episode_results.jsonl.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from evalfleet.layout import REPORT_DATA_DIR
+
+_VECTOR_NAMES = {3: ("x", "y", "z")}
+_COLOR_NAMES = ("r", "g", "b")
+MAX_VECTOR_COMPONENTS = 8
+MAX_ERROR_CHARS = 200
+VALUE_FORMAT = ".3g"  # variation values and durations in the tables: 3 significant digits
+AUTO_LOAD_EPISODES = 20_000  # the page loads every Run's table at once up to this many episodes in all
+
+
+def script_path(index: int) -> str:
+    """Where the table of the report's `index`-th Run lies, relative to index.html."""
+    return f"{REPORT_DATA_DIR}/{index:04d}.js"
+
+
+def script_safe(text: str) -> str:
+    # Inside <script>, "<" only appears in JSON strings, where \u003c is the same character.
+    return text.replace("<", "\\u003c")
+
+
+def episode_manifest(runs: list[tuple[str, int]]) -> str:
+    """The page's manifest of the Runs' tables, from (name, episodes recorded) in the report's order."""
+    total = sum(n for _, n in runs)
+    return json.dumps({"runs": [name for name, _ in runs], "counts": [n for _, n in runs],
+                       "files": [script_path(i) if n else None for i, (_, n) in enumerate(runs)],
+                       "total": total, "auto": total <= AUTO_LOAD_EPISODES}, separators=(",", ":"))
+
+
+def episode_script(index: int, name: str, records: list[dict[str, Any]]) -> bytes:
+    """The script holding one Run's table (`records`: the ones that count, by episode)."""
+    return (f"(window.__evalfleet_episodes=window.__evalfleet_episodes||{{}})[{index}]="
+            f"{script_safe(run_episode_json(name, records))};\n").encode("utf-8")
+
+
+def _num(v: Any, spec: str = ".4g") -> str:
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isnan(v) or math.isinf(v):
+            return "null"
+        if v == int(v) and abs(v) < 1e15:
+            return str(int(v))
+        return format(v, spec)
+    return "null"
+
+
+def _component_names(key: str, n: int) -> tuple[str, ...]:
+    if n == 3:
+        low = key.lower()
+        if "color" in low or "colour" in low or "rgb" in low:
+            return _COLOR_NAMES
+        return _VECTOR_NAMES[3]
+    return tuple(str(i) for i in range(n))
+
+
+def _kinds(records: list[dict[str, Any]]) -> tuple[dict[str, str], dict[str, int]]:
+    """Every variation key's kind (num | vec | cat; mixed kinds are cat) and each vector's length."""
+    keys: dict[str, str] = {}
+    vec_len: dict[str, int] = {}
+    for rec in records:
+        for k, v in (rec.get("variations") or {}).items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                new = "num"
+            elif isinstance(v, list) and v and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+                new = "vec"
+                vec_len[k] = max(vec_len.get(k, 0), len(v))
+            else:
+                new = "cat"
+            keys[k] = new if keys.get(k, new) == new else "cat"
+    return keys, vec_len
+
+
+def _variation_columns(records: list[dict[str, Any]]) -> list[str]:
+    """The JSON of a column for every variation key present: numeric scalars, vector components, or categories."""
+    keys, vec_len = _kinds(records)
+    columns = []
+    for key in sorted(keys):
+        values = [(rec.get("variations") or {}).get(key) for rec in records]
+        if keys[key] == "num":
+            columns.append(_column(key, "num", [_num(v, VALUE_FORMAT) for v in values]))
+        elif keys[key] == "vec":
+            names = _component_names(key, vec_len[key])
+            for i in range(min(vec_len[key], MAX_VECTOR_COMPONENTS)):
+                data = [_num(v[i], VALUE_FORMAT) if isinstance(v, list) and len(v) > i else "null" for v in values]
+                columns.append(_column(f"{key}.{names[i]}", "num", data))
+        else:
+            cats: dict[str, int] = {}
+            codes = ["-1" if v is None else str(cats.setdefault(
+                v if isinstance(v, str) else json.dumps(v, separators=(",", ":")), len(cats))) for v in values]
+            columns.append(_column(key, "cat", codes, list(cats)))
+    return columns
+
+
+def _column(key: str, kind: str, data: list[str], cats: list[str] | None = None) -> str:
+    head = f'"key":{json.dumps(key)},"kind":"{kind}",' + (f'"cats":{json.dumps(cats)},' if cats is not None else "")
+    return "{" + head + '"data":[' + ",".join(data) + "]}"
+
+
+def run_episode_json(name: str, records: list[dict[str, Any]]) -> str:
+    """One Run's table as compact columnar JSON (rows by episode)."""
+    ep, st, ln, dur = [], [], [], []
+    video, err, att = [], [], []
+    code = {"success": "s", "failure": "f"}
+    prev = -1
+    for row, rec in enumerate(records):
+        e = int(rec.get("episode", rec.get("env_id", 0)))
+        ep.append(str(e - prev))
+        prev = e
+        st.append(code.get(rec.get("status"), "e"))
+        ln.append(_num(rec.get("episode_length")))
+        dur.append(_num(rec.get("duration_s"), VALUE_FORMAT))
+        v = rec.get("video")
+        if isinstance(v, dict) and v:
+            video.append([row, {str(cam): f"{name}/{path}" for cam, path in v.items()}])
+        if rec.get("error"):
+            err.append([row, str(rec["error"])[:MAX_ERROR_CHARS]])
+        a = rec.get("attempt")
+        if isinstance(a, int) and a != 1:
+            att.append([row, a])
+    compact = {"separators": (",", ":")}
+    return (
+        "{"
+        f'"run":{json.dumps(name)},"count":{len(records)},"ep":[{",".join(ep)}],'
+        f'"st":"{"".join(st)}","len":[{",".join(ln)}],"dur":[{",".join(dur)}],'
+        f'"vars":[{",".join(_variation_columns(records))}],"video":{json.dumps(video, **compact)},'
+        f'"err":{json.dumps(err, **compact)},"att":{json.dumps(att, **compact)}'
+        "}"
+    )
