@@ -87,3 +87,19 @@ def test_sigkill_then_resume_gives_the_same_simulated_latency_records(reference,
     done = run_evalfleet("run", "--resume", "--output", str(out), "--workers", "2", "--no-progress")
     assert done.returncode == 0, done.stderr
     assert _records(out) == expected
+
+
+def test_a_served_chunked_policy_under_simulated_latency_gives_the_local_records(reference, tmp_path):
+    """openpi chunks reach the latency model as the local policy's do: the served expert (its chunks over the
+    websocket) gives the local Run's records, timing included."""
+    _, expected = reference
+    run = _runs({"type": "metaworld_expert"})["push_fixed"]
+    run["policy"] = {"type": "openpi_remote", "serve": {"type": "metaworld_expert", "chunk_size": 8}}
+    path = tmp_path / "served.yaml"
+    path.write_text(yaml.safe_dump({"name": "latency", "seed": 0, "runs": {"push_fixed": run}}))
+    out = tmp_path / "served"
+    proc = run_evalfleet("run", str(path), "--output", str(out), "--workers", "1", "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    served = _records(out)
+    assert served == {k: v for k, v in expected.items() if k[0] == "push_fixed"}
+    assert all(r["timing"]["held_steps"] > 0 for r in served.values())
