@@ -7,6 +7,7 @@ page is looked at while episodes are pending, however fast the machine; the page
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import time
 import urllib.request
@@ -72,6 +73,19 @@ def see_final(page, read_result) -> None:
     assert fmt_rate(run["success_rate"], run["ci95"]) in row[1] and run["counts"]["success"] == EPISODES
 
 
+def stop(proc: subprocess.Popen, gate: Path) -> None:
+    """A failed test's run stopped as a user would (Ctrl-C stops its runners; a SIGKILL would orphan them at the
+    gate), the gate opened so nothing waits on it."""
+    (gate / "release").write_text("")
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=BOUND_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def test_run_serves_its_live_report(chromium, tmp_path: Path) -> None:
     exp, gate = gated_experiment(tmp_path)
     out, log = tmp_path / "out", tmp_path / "run.log"
@@ -93,9 +107,7 @@ def test_run_serves_its_live_report(chromium, tmp_path: Path) -> None:
         assert proc.wait(timeout=BOUND_S) == 0, log.read_text()[-3000:]
     finally:
         context.close()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop(proc, gate)
 
 
 def test_watch_follows_a_bucket(chromium, s3_env, tmp_path: Path) -> None:
@@ -130,7 +142,7 @@ def test_watch_follows_a_bucket(chromium, s3_env, tmp_path: Path) -> None:
         see_final(page, lambda: json.loads(fs.cat_file(f"{target[5:]}/experiment_result.json")))
     finally:
         context.close()
-        for p in (proc, watch):
-            if p is not None and p.poll() is None:
-                p.kill()
-                p.wait()
+        stop(proc, gate)
+        if watch is not None and watch.poll() is None:
+            watch.kill()
+            watch.wait()
