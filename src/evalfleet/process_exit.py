@@ -5,6 +5,10 @@ from __future__ import annotations
 import os
 from typing import NoReturn
 
+# A runner's step that stopped it because its policy server moved to a new address (EX_TEMPFAIL): the watchdog
+# starts it again, rewired; the episodes it had in flight are `server_lost` (rollout/inflight.py).
+EXIT_SERVER_MOVED = 75
+
 
 def exit_now(code: int) -> NoReturn:
     """End the process with `code` after everything of a normal exit that can matter (non-daemon threads

@@ -7,9 +7,10 @@ A runner under the watchdog (EVALFLEET_HEARTBEAT set) keeps `<heartbeat>.infligh
 rewritten atomically when a slot starts an episode (once per episode: an entry whose record was written is
 recognised by that record), emptied when a shard completes, left as it is when the runner is stopped or dies.
 The watchdog says why it relaunched (`RESTART_ENV`: the ended attempt's outcome, `stalled`, `signal`,
-`exit_code`, ...). The relaunched runner (`account_restart`, before its first shard) writes for every entry
-that has no record at its attempt yet an `error` record with `stall` (the watchdog stopped a stalled runner)
-or `runner_crash` (it died), at that attempt, into the shard's part: the episode is then played again as
+`exit_code:<code>`, ...). The relaunched runner (`account_restart`, before its first shard) writes for every entry
+that has no record at its attempt yet an `error` record with `stall` (the watchdog stopped a stalled runner),
+`server_lost` (its step stopped it to rewire it to a moved policy server: EXIT_SERVER_MOVED) or `runner_crash`
+(it died), at that attempt, into the shard's part: the episode is then played again as
 attempt + 1, and one that kills its runner every time is decided after `max_attempts`. A first attempt (a
 fresh run or `--resume`) discards the file: episodes interrupted by a stop are played again as they were.
 """
@@ -24,7 +25,8 @@ from typing import Any
 
 from evalfleet.layout import part_path
 from evalfleet.rollout.heartbeat import write_json_atomic
-from evalfleet.sim.protocol import RUNNER_CRASH, STALL
+from evalfleet.process_exit import EXIT_SERVER_MOVED
+from evalfleet.sim.protocol import RUNNER_CRASH, SERVER_LOST, STALL
 
 RESTART_ENV = "EVALFLEET_RESTARTED_AFTER"  # set by the watchdog on a relaunch: the outcome of the attempt before
 STALLED = "stalled"  # the watchdog's outcome of an attempt it stopped for making no progress
@@ -34,6 +36,8 @@ def restart_code(outcome: str | None) -> str | None:
     """The code of the episodes the ended attempt had in flight; None when this is no restart."""
     if not outcome:
         return None
+    if outcome == f"exit_code:{EXIT_SERVER_MOVED}":  # stopped to be rewired to its policy server's new address
+        return SERVER_LOST.code
     return STALL.code if outcome == STALLED else RUNNER_CRASH.code
 
 
@@ -132,8 +136,9 @@ def _crash_record(entry: dict[str, Any], plans: dict[str, Any], out_dir: Path, c
     if int(counted.get(episode, {}).get("attempt", 0)) >= attempt:
         return None  # recorded before the runner went: nothing was lost
     spec = plan.episode(episode)
-    why = ("the watchdog stopped the runner, which made no progress" if code == STALL.code
-           else f"the runner died ({outcome.replace('_', ' ')})")
+    why = {STALL.code: "the watchdog stopped the runner, which made no progress",
+           SERVER_LOST.code: "the runner was stopped to be rewired to its policy server's new address"}.get(
+        code, f"the runner died ({outcome.replace('_', ' ')})")
     started = entry.get("started")
     record = EpisodeRecord(
         run=plan.name, task=plan.task, policy=plan.policy, episode=episode, seed=spec.seed, status="error",

@@ -32,10 +32,11 @@ from evalfleet.execution.slurm.paths import SERVER_LOG, SlurmPaths
 from evalfleet.execution.slurm.render import read_jobs
 from evalfleet.experiment.plan import Plan
 from evalfleet.layout import EXPERIMENT_FILE, server_log_path
+from evalfleet.process_exit import EXIT_SERVER_MOVED
 
 POLL_S = 1.0
 REWIRE_GRACE_S = 10.0
-EXIT_REWIRE = 75  # the wire step's exit when a server moved: the watchdog relaunches it (EX_TEMPFAIL)
+EXIT_REWIRE = EXIT_SERVER_MOVED  # the wire step's exit when a server moved: the watchdog relaunches it
 
 
 def _server_plans(loaded: Any) -> dict[str, Any]:

@@ -216,7 +216,9 @@ class Watchdog:
         env.pop(RESTART_ENV, None)
         ran = [a for a in self.machine.attempts[:-1] if a.pid is not None]
         if ran:  # a relaunch: why the last attempt that ran ended, for the runner to record what it lost
-            env[RESTART_ENV] = ran[-1].outcome or "ended"
+            last = ran[-1]
+            code = f":{last.exit_code}" if last.outcome == "exit_code" and last.exit_code is not None else ""
+            env[RESTART_ENV] = f"{last.outcome or 'ended'}{code}"  # e.g. stalled, signal, exit_code:75
         self._launched_wall = time.time()
         standby, self.standby = self.standby, None
         if standby is not None:
