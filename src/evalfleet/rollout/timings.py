@@ -2,7 +2,8 @@
 (`layout.timings_path`), written when the shard ends, never per step; `merge_phases` combines them (collect).
 
 A phase's aggregate: count, total, min and max in milliseconds, exact; and a bounded sample of the values
-(reservoir sampling with a fixed seed, skip-based: Algorithm L, `SAMPLE_SIZE` values at most) for the p50/p90/p99 of what a file holds.
+(reservoir sampling with a fixed seed, skip-based: Algorithm L, `SAMPLE_SIZE` values at most) for the
+p50/p90/p99 of what a file holds.
 Merging keeps counts and totals exact and pools the samples (each kept in proportion to its count).
 
 Phases (`PHASES`, in the order they happen): `start` (a worker process: loading the Experiment and planning,
