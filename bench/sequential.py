@@ -2,16 +2,16 @@
 
     python bench/sequential.py [--reps 2000] [--baseline 0.6] [--wave 10] [--max-episodes 200] [--rho 0.5]
 
-Simulates paired Bernoulli outcomes: episode i of the policy and of the baseline share a seed, modelled as a
-shared Gaussian latent per seed (correlation `--rho`, a Gaussian copula, so each arm's success rate is exact);
-the policy's rate is the baseline's plus 0, 5, 10 and 20 points. Three caps: `--max-episodes`, and the N that
-`evalfleet power --paired` (analysis.paired_power) gives for 80% and 90% power at +10 points from the copula's
-exact discordance, the way a user would size the cap. For each cap, difference and design (O'Brien-Fleming,
-Pocock, Hwang-Shih-DeCani), `--reps` replications with a fixed seed give: the rejection rate (type-I error at 0,
-power otherwise) of the sequential design and of the fixed-N test at N = cap, the power lost against fixed N on
-the same replications with its Monte-Carlo standard error, the rate of wrong-direction verdicts, and the mean
-episodes per Run used against the cap. `meets_goal` (issue #25, must-show 1, at +10 and +20 points): mean
-episodes <= 0.6 x the cap, with power no worse than fixed N within Monte-Carlo error (loss <= 2 s.e.).
+Simulates paired Bernoulli outcomes: episode i of the policy and of the baseline share a seed, modelled as a shared
+Gaussian latent per seed (correlation `--rho`, a Gaussian copula, so each arm's success rate is exact); the
+policy's rate is the baseline's plus 0, 5, 10 and 20 points. Caps: `--max-episodes`, and the N that `evalfleet
+power --paired` (analysis.paired_power) gives for 80%, 90% and 95% power (`--power-caps`) at +10 points from the
+copula's exact discordance, the way a user would size the cap. For each cap, difference and design (O'Brien-
+Fleming, Pocock, Hwang-Shih-DeCani), `--reps` replications with a fixed seed give: the rejection rate (type-I error
+at 0, power otherwise) of the sequential design and of the fixed-N test at N = cap, the power lost against fixed N
+on the same replications with its Monte-Carlo standard error, the rate of wrong-direction verdicts, and the mean
+episodes per Run used against the cap. `meets_goal` (issue #25, must-show 1, at +10 and +20 points): mean episodes
+<= 0.6 x the cap, with power no worse than fixed N within Monte-Carlo error (loss <= 2 s.e.).
 Prints JSON with the machine.
 """
 
@@ -108,13 +108,15 @@ def main() -> None:
     parser.add_argument("--rho", type=float, default=0.5)
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=20261201)
+    parser.add_argument("--power-caps", default="0.8,0.9,0.95",
+                        help="comma-separated powers at +10 points whose `power --paired` N is a cap too")
     args = parser.parse_args()
     before = machine()
     t0 = time.perf_counter()
     limit = round(args.alpha + 2 * math.sqrt(args.alpha * (1 - args.alpha) / args.reps), 4)
     d10 = discordance(args.baseline + 0.10, args.baseline, args.rho)
     caps = [(args.max_episodes, "--max-episodes")]
-    for power in (0.8, 0.9):
+    for power in (float(p) for p in args.power_caps.split(",") if p):
         size = paired_episodes(args.baseline + 0.10, args.baseline, d10, args.alpha, power)
         caps.append((size.pairs, f"power --paired: {power:.0%} power at +10 points (discordance {d10:.4f})"))
     rng = np.random.default_rng(args.seed)
