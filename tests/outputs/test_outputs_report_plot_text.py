@@ -9,6 +9,7 @@ from pathlib import Path
 from PIL import Image
 from test_outputs_report_browser import open_report, visible_rows
 
+from evalfleet.analysis.arm_counts import count_labelled
 from evalfleet.analysis.grouping import Arm
 from evalfleet.analysis.plots import MIN_TEXT_PX_KEY, grouped_bar_plot, success_cells
 from evalfleet.cli import main
@@ -22,7 +23,8 @@ def wide_plot(path: Path, n_tasks: int = 30) -> None:
     labelled = [(Arm(f"task-{t:02d}", p), {"status": "success" if (t + e) % 3 else "failure"})
                 for t in range(n_tasks) for p in ("a", "b", "c") for e in range(10)]
     tasks = sorted({arm.task for arm, _ in labelled})
-    grouped_bar_plot(success_cells(labelled), tasks, ["a", "b", "c"], path, ylabel="success rate", title="wide")
+    grouped_bar_plot(success_cells(count_labelled(labelled)), tasks, ["a", "b", "c"], path, ylabel="success rate",
+                     title="wide")
 
 
 def test_plot_text_at_least_10px_as_displayed_at_1400px(chromium, sample_output: Path, tmp_path: Path) -> None:

@@ -94,6 +94,3 @@ def ordered_policies(labelled: list[tuple[Arm, dict[str, Any]]], policies: list[
         return list(dict.fromkeys(policies))
     return sorted({arm.policy for arm, _ in labelled})
 
-
-def ordered_tasks(labelled: list[tuple[Arm, dict[str, Any]]]) -> list[str]:
-    return sorted({arm.task for arm, _ in labelled})

@@ -33,7 +33,7 @@ from evalfleet.analysis.local_files import kind_inside, open_regular
 from evalfleet.arena_format import truthy
 from evalfleet.errors import UserError
 from evalfleet.feedback import is_long, track
-from evalfleet.layout import EXPERIMENT_FILE, PARTS_DIR, RECORDS_FILE, RECORDS_PREFIX, RECORDS_SUFFIX, STATUS_FILE
+from evalfleet.layout import EXPERIMENT_FILE, PARTS_DIR, RECORDS_PREFIX, RECORDS_SUFFIX, STATUS_FILE
 from evalfleet.secrets import mask_url
 from evalfleet.rollout.records import STATUSES, RunRecords, RunScope, SetAside
 from evalfleet.rollout.run_folder import (FolderReader, RunFiles, experiment_document, folder_records,
@@ -307,28 +307,6 @@ def load_records(inputs: Iterable[str | os.PathLike[str]]) -> RecordSet:
     if is_long(files=len(sources), episodes=len(records)):
         log.info("read %d episodes of %d Runs", len(records), len(merger.runs))
     return RecordSet(records=records, sources=sources, set_aside=set_aside, skipped=skipped)
-
-
-def record_set_from_runs(runs: Iterable[Any]) -> RecordSet:
-    """A RecordSet from Runs already read and merged by collect (objects with .name, .records, .set_aside),
-    normalised as `load_records` normalises what it reads: nothing is read again. A Run that carries
-    `plot_records` (collect's `outputs.run_digest.RunDigest`: run, task, policy, status, success and progress of
-    each record, already normalised) gives those instead of its records."""
-    normalise = _Normaliser()
-    records: list[dict[str, Any]] = []
-    set_aside = SetAside()
-    sources = []
-    for run in runs:
-        source = f"{run.name}/{RECORDS_FILE}"
-        sources.append(source)
-        slim = getattr(run, "plot_records", None)
-        records += slim if slim is not None else \
-            [normalise(rec, default_run=run.name, source=source, line=i) for i, rec in enumerate(run.records)]
-        set_aside.add(run.set_aside)
-    if not records:
-        raise UserError("no episode records to analyse", where=", ".join(sources) or "the output folder")
-    return RecordSet(records=sorted(records, key=lambda r: (r["run"], r.get("episode", -1))), sources=sources,
-                     set_aside=set_aside)
 
 
 # --- the plan an output folder's experiment.yaml holds ------------------------------------------------

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evalfleet.analysis.arm_counts import ArmCounts
 from evalfleet.analysis.grouping import Arm
 from evalfleet.analysis.stats import mean_interval, wilson_interval
 
@@ -54,29 +55,20 @@ class Cell:
         return out
 
 
-def success_cells(labelled: list[tuple[Arm, dict[str, Any]]]) -> dict[Arm, Cell]:
-    counts: dict[Arm, list[int]] = {}
-    for arm, rec in labelled:
-        c = counts.setdefault(arm, [0, 0])
-        c[0] += rec["status"] == "success"
-        c[1] += 1
+def success_cells(counts: ArmCounts) -> dict[Arm, Cell]:
     cells = {}
-    for arm, (s, n) in counts.items():
-        lo, hi = wilson_interval(s, n)
-        cells[arm] = Cell(n=n, value=s / n, lower=lo, upper=hi, successes=s)
+    for arm, tally in counts.tallies.items():
+        lo, hi = wilson_interval(tally.successes, tally.n)
+        cells[arm] = Cell(n=tally.n, value=tally.successes / tally.n, lower=lo, upper=hi, successes=tally.successes)
     return cells
 
 
-def progress_cells(labelled: list[tuple[Arm, dict[str, Any]]]) -> dict[Arm, Cell]:
-    values: dict[Arm, list[float]] = {}
-    for arm, rec in labelled:
-        v = rec.get("progress")
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            values.setdefault(arm, []).append(float(v))
+def progress_cells(counts: ArmCounts) -> dict[Arm, Cell]:
     cells = {}
-    for arm, vs in values.items():
-        mean, lo, hi = mean_interval(vs)
-        cells[arm] = Cell(n=len(vs), value=mean, lower=lo, upper=hi)
+    for arm, tally in counts.tallies.items():
+        if tally.progress:
+            mean, lo, hi = mean_interval(tally.progress)
+            cells[arm] = Cell(n=len(tally.progress), value=mean, lower=lo, upper=hi)
     return cells
 
 

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from evalfleet.analysis.grouping import UNTAGGED, assign_arms, filter_runs, ordered_policies, ordered_tasks
+from evalfleet.analysis.arm_counts import ArmCounts, count_labelled
+from evalfleet.analysis.grouping import UNTAGGED, assign_arms, filter_runs, label
 from evalfleet.analysis.loading import RecordSet
-from evalfleet.analysis.loading import progress_score
 from evalfleet.analysis.plots import cells_json, grouped_bar_plot, progress_cells, success_cells, write_json
 from evalfleet.errors import UserError
+from evalfleet.layout import RECORDS_FILE
+from evalfleet.rollout.records import SetAside
 
 SUCCESS_PLOT = "success_rates.png"
 
@@ -41,11 +44,13 @@ def labelled_records(record_set: RecordSet, runs: list[str] | None, policies: li
     """(arm, record) for every record with a policy outcome, restricted to `runs`, grouped by policy."""
     records = filter_runs(record_set.rated, runs, where=where)
     if not records:
-        raise UserError(
-            f"all {record_set.n_errors} records are infrastructure errors (status: error); no outcome to analyse",
-            where=where,
-        )
+        raise _all_errors(record_set.n_errors, where)
     return assign_arms(records, policies, where=where, flag=flag)
+
+
+def _all_errors(n_errors: int, where: str) -> UserError:
+    return UserError(f"all {n_errors} records are infrastructure errors (status: error); no outcome to analyse",
+                     where=where)
 
 
 def write_success_plots(record_set: RecordSet, output: Path, *, policies: list[str] | None = None,
@@ -53,22 +58,42 @@ def write_success_plots(record_set: RecordSet, output: Path, *, policies: list[s
     """Grouped success-rate bars with 95% Wilson intervals at `output` (+ its .json), and, when records carry
     a numeric `progress`, average progress beside it (`average_progress.png`)."""
     labelled = labelled_records(record_set, runs, policies, where=where or ", ".join(record_set.sources))
-    tasks = ordered_tasks(labelled)
-    shown = ordered_policies(labelled, policies)
-    cells = success_cells(labelled)
-    n = len(labelled)
+    counts = count_labelled(labelled)
+    counts.errors = record_set.n_errors  # every error of the set, as the title has always said
+    return plot_counts(counts, output, policies=policies, set_aside=record_set.set_aside.total, title=title)
+
+
+def write_collected_plots(runs: list[Any], output: Path, *, where: str) -> SuccessPlots:
+    """`write_success_plots` of collect's Runs (`outputs.run_digest.RunDigest`: .name, .set_aside and
+    .plot_counts, keyed by each record's (run, task, policy)), from their counts: no record is read again."""
+    counts, set_aside = ArmCounts(), SetAside()
+    for run in runs:
+        counts.merge(run.plot_counts, relabel=lambda key: label(dict(zip(("run", "task", "policy"), key)), None))
+        set_aside.add(run.set_aside)
+    if not counts.rated + counts.errors:
+        raise UserError("no episode records to analyse",
+                        where=", ".join(f"{run.name}/{RECORDS_FILE}" for run in runs) or "the output folder")
+    if not counts.rated:
+        raise _all_errors(counts.errors, where)
+    return plot_counts(counts, output, policies=None, set_aside=set_aside.total)
+
+
+def plot_counts(counts: ArmCounts, output: Path, *, policies: list[str] | None, set_aside: int,
+                title: str | None = None) -> SuccessPlots:
+    """Draw the plots (and write their JSON) from per-Arm counts; `policies` orders the bars (else sorted)."""
+    tasks = sorted({arm.task for arm in counts.tallies})
+    shown = list(dict.fromkeys(policies)) if policies else sorted({arm.policy for arm in counts.tallies})
+    cells = success_cells(counts)
+    n = counts.rated
     title = title or f"Success rate with 95% Wilson interval ({n} episodes" + (
-        f", {record_set.n_errors} infrastructure errors excluded)" if record_set.n_errors else ")")
+        f", {counts.errors} infrastructure errors excluded)" if counts.errors else ")")
     size = grouped_bar_plot(cells, tasks, shown, output, ylabel="success rate", title=title)
     data = output.with_suffix(".json")
     write_json(data, {"kind": "success_rate", "interval": "wilson95", "episodes": n,
-                      "excluded_errors": record_set.n_errors, "set_aside": record_set.set_aside.total,
+                      "excluded_errors": counts.errors, "set_aside": set_aside,
                       "image": str(output), **cells_json(cells, tasks, shown)})
     plots = SuccessPlots(output, data, size, tasks, shown)
-    # Arena's progress is a map ({overall_score, all_complete, criteria_by_name, events}): plot its score.
-    progress = progress_cells(
-        [(arm, {**rec, "progress": progress_score(rec.get("progress"))}) for arm, rec in labelled]
-    )
+    progress = progress_cells(counts)
     if progress:
         stem = output.stem.replace("success_rates", "average_progress")
         plots.progress_image = output.with_name((stem if stem != output.stem else stem + "_progress") + output.suffix)

@@ -53,8 +53,7 @@ def preload() -> None:
 def finalize(out: str | os.PathLike[str]) -> Finalized:
     """Collect `out` in place (merged logs, experiment_result.json), write plots/success_rates.png (and
     average progress) from the Runs collect read, then index.html showing them."""
-    from evalfleet.analysis.loading import record_set_from_runs
-    from evalfleet.analysis.success import SUCCESS_PLOT, write_success_plots
+    from evalfleet.analysis.success import SUCCESS_PLOT, write_collected_plots
 
     out = Path(out)
     collected = collect_runs([str(out)], str(out), tables=True)
@@ -63,8 +62,7 @@ def finalize(out: str | os.PathLike[str]) -> Finalized:
     if is_long(**work_size(collected.runs)):
         log.info("drawing %s", out / PLOTS_DIR / SUCCESS_PLOT)
     try:
-        drawn = write_success_plots(record_set_from_runs(collected.runs), out / PLOTS_DIR / SUCCESS_PLOT,
-                                    where=str(out))
+        drawn = write_collected_plots(collected.runs, out / PLOTS_DIR / SUCCESS_PLOT, where=str(out))
         plots = drawn.images
     except UserError as exc:  # e.g. nothing decided yet: a plot must never lose the results
         problem = exc.line()

@@ -39,7 +39,7 @@ class RunDigest:
     failure_facts: tuple[dict[str, int], set[str]]  # {code: count}, the protocol identities its records carry
     outcomes: bytearray = field(default_factory=bytearray)  # by episode index: s / f / e, 0 where none
     attempts: array = field(default_factory=lambda: array("H"))  # by episode index, capped at 65535
-    plot_records: list[dict[str, Any]] = field(default_factory=list)  # normalised, shared where they are equal
+    plot_counts: Any = None  # analysis.arm_counts.ArmCounts by (run, task, policy): what the success plot counts
     episodes: int = 0  # records that count
     dest: Location | None = None  # where its merged file was written
 
@@ -61,39 +61,30 @@ def digest_run(run: Any, dest: Location | None = None) -> RunDigest:
     """The digest of a `collect.RunData` whose records are in memory (they are not kept)."""
     records = run.records
     summary = summarise_run(run.name, records, run.summary_status(), set_aside=run.set_aside)
-    top = max((record_episode(r) or 0 for r in records), default=-1) + 1
+    episodes = [record_episode(r) for r in records]  # looked up once per record
+    top = max((ep or 0 for ep in episodes), default=-1) + 1
     outcomes, attempts = bytearray(top), array("H", bytes(2 * top))
-    for rec in records:
-        ep = record_episode(rec)
+    for ep, rec in zip(episodes, records):
         outcomes[ep] = _STATUS_BYTE.get(rec.get("status"), ord("e"))
         attempt = rec.get("attempt", 1)
         attempts[ep] = min(max(attempt if isinstance(attempt, int) else 1, 0), 65535)
     return RunDigest(name=run.name, sources=run.sources, status=run.status, set_aside=run.set_aside,
                      planned=run.planned, protocol=run.protocol, summary=summary,
                      failure_facts=run_failure_facts(records), outcomes=outcomes, attempts=attempts,
-                     plot_records=plot_records(run.name, records), episodes=len(records), dest=dest)
+                     plot_counts=plot_counts(run.name, records), episodes=len(records), dest=dest)
 
 
-def plot_records(name: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """What the success plot reads of each record (`analysis.loading.record_set_from_runs` normalised: run, task,
-    policy, status, success, progress), one shared dict for the records that are alike."""
+def plot_counts(name: str, records: list[dict[str, Any]]) -> Any:
+    """What the success plot counts of a Run (`analysis.arm_counts.ArmCounts`), keyed by each record's (run,
+    task, policy) as `analysis.loading` normalises them: the plot labels the keys with their Arm."""
+    from evalfleet.analysis.arm_counts import ArmCounts
     from evalfleet.analysis.loading import normalised_outcome, progress_score
 
-    shared: dict[tuple[Any, ...], dict[str, Any]] = {}
-    out = []
-    source = f"{name}/{RECORDS_FILE}"
+    counts = ArmCounts()
     for rec in records:
-        run, status = str(rec.get("run") or rec.get("job_name") or name), normalised_outcome(rec)
-        key = (run, rec.get("task"), rec.get("policy"), status, progress_score(rec.get("progress")))
-        slim = shared.get(key)
-        if slim is None:
-            slim = {"run": run, "task": key[1], "policy": key[2], "status": status,
-                    "success": None if status == "error" else status == "success", "progress": key[4],
-                    "_source": source}
-            if key[4] is None:  # a progress score is nearly unique: not worth remembering
-                shared[key] = slim
-        out.append(slim)
-    return out
+        key = (str(rec.get("run") or rec.get("job_name") or name), rec.get("task"), rec.get("policy"))
+        counts.add(key, normalised_outcome(rec), progress_score(rec.get("progress")))
+    return counts
 
 
 class OutcomeRecords(Mapping):
