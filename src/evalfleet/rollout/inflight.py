@@ -126,13 +126,15 @@ def account_restart(in_flight: InFlight, plans: dict[str, Any], out_dir: Path,
 def _crash_record(entry: dict[str, Any], plans: dict[str, Any], out_dir: Path, code: str,
                   outcome: str) -> dict[str, Any] | None:
     from evalfleet.rollout.failures import run_logs, run_protocol
-    from evalfleet.rollout.records import EpisodeRecord, RecordWriter, RunScope, read_run_records
+    from evalfleet.rollout.records import (DECISION_FIELDS, EpisodeRecord, RecordWriter, RunScope,
+                                          read_run_records)
 
     plan = plans.get(entry["run"])
     episode, attempt = entry["episode"], entry["attempt"]
     if plan is None or not 0 <= episode < (plan.num_episodes or episode + 1):
         return None
-    counted = read_run_records(RunScope(plan.name, plan.num_episodes), run_logs(out_dir, plan.name)).by_episode
+    counted = read_run_records(RunScope(plan.name, plan.num_episodes), run_logs(out_dir, plan.name),
+                               keep=DECISION_FIELDS).by_episode
     if int(counted.get(episode, {}).get("attempt", 0)) >= attempt:
         return None  # recorded before the runner went: nothing was lost
     spec = plan.episode(episode)

@@ -225,8 +225,12 @@ class RunRecords:
     timestamp, then the later line; a duplicate that loses although it was read later is stale. Records
     of another Run or of an episode outside the plan are set aside, never counted."""
 
-    def __init__(self, scope: RunScope):
+    def __init__(self, scope: RunScope, keep: Iterable[str] | None = None):
         self.scope = scope
+        # Only these keys of each winning record are kept (None: all): a runner asking which episodes are
+        # decided, once per shard, keeps a few fields, not every record's dict (issue #29: the worker's peak
+        # RSS grew ~2.5 KB per record of the Run).
+        self.keep = None if keep is None else tuple(keep)
         self.set_aside = SetAside()
         self._best: dict[int, tuple[tuple[int, float, int], dict[str, Any], str | None]] = {}
         self._seq = 0
@@ -242,6 +246,8 @@ class RunRecords:
         key = (*precedence(rec), self._seq)
         current = self._best.get(ep)
         if current is None or key > current[0]:
+            if self.keep is not None:
+                rec = {k: rec[k] for k in self.keep if k in rec}
             self._best[ep] = (key, rec, line)
         elif key[:2] < current[0][:2]:
             self.set_aside.count("stale", source)
@@ -264,9 +270,14 @@ class RunRecords:
         return [self._best[ep][2] for ep in sorted(self._best)]
 
 
-def read_run_records(scope: RunScope, paths: Iterable[str | os.PathLike[str]]) -> RunRecords:
-    """A Run's counted records from its log files, in the order given."""
-    merged = RunRecords(scope)
+# What deciding an episode needs of its record (`runner.is_decided`, a step budget's steps done).
+DECISION_FIELDS = ("status", "attempt", "episode_length")
+
+
+def read_run_records(scope: RunScope, paths: Iterable[str | os.PathLike[str]],
+                     keep: Iterable[str] | None = None) -> RunRecords:
+    """A Run's counted records from its log files, in the order given; only the `keep` keys of each (None: all)."""
+    merged = RunRecords(scope, keep)
     for path in paths:
         merged.extend(iter_record_dicts(path), source=str(path))
     return merged
