@@ -96,27 +96,19 @@ def stopped_runs(out: Path, plan: Plan) -> dict[str, tuple[int, str]]:
 
 
 FIXED_TASK_BACKENDS = ("osmo",)  # its tasks are fixed at submission: no wave can be released later
-DRIVEN_BACKENDS = ("slurm",)  # `evalfleet run` drives the waves from here; `evalfleet submit` has no driver yet
 
 
-def check_backend(loaded: object, backend: str, *, submit: bool = False) -> None:
-    """A `stopping:` Experiment runs on local, Ray and (`evalfleet run`) Slurm; docs/statistics.md has the design
-    for OSMO and for `submit --backend slurm`: a UserError naming the file and key otherwise, before anything is
-    written."""
+def check_backend(loaded: object, backend: str) -> None:
+    """A `stopping:` Experiment runs on local, Ray and Slurm (`submit`: a driver job, execution/slurm/driver.py);
+    on OSMO a UserError naming the file and key, before anything is written."""
     from evalfleet.errors import UserError
 
     exp = getattr(loaded, "experiment")
-    if backend not in FIXED_TASK_BACKENDS and not (submit and backend in DRIVEN_BACKENDS):
+    if backend not in FIXED_TASK_BACKENDS:
         return
     for name, run in exp.runs.items():
         if run.stopping is not None:
             key = "stopping" if exp.stopping is not None else f"runs.{name}.stopping"
-            if backend in DRIVEN_BACKENDS:
-                raise UserError(
-                    f"sequential stopping releases episodes a wave at a time, which `evalfleet submit --backend "
-                    f"{backend}` cannot do yet (no driver job follows the waves inside the cluster): run it with "
-                    f"`evalfleet run --backend {backend}` (this process submits each wave and decides), or "
-                    f"`evalfleet submit --backend ray`, or remove `stopping`", where=getattr(loaded, "path"), key=key)
             raise UserError(
                 f"sequential stopping releases episodes a wave at a time, which the {backend} backend cannot do "
                 f"(its tasks are fixed at submission): run it with --backend local, ray or slurm, or remove "

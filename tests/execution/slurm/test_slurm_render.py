@@ -4,6 +4,8 @@ values with shell metacharacters reach the jobs as the words they are; no secret
 
 from __future__ import annotations
 
+import re
+
 import json
 import os
 import shlex
@@ -212,21 +214,31 @@ def test_run_refuses_before_the_output_folder_exists(tmp_path: Path, monkeypatch
     assert not folder.exists()
 
 
-@pytest.mark.parametrize("backend, says", [
-    ("slurm", "which `evalfleet submit --backend slurm` cannot do yet (no driver job follows the waves inside the "
-              "cluster): run it with `evalfleet run --backend slurm`"),
-    ("osmo", "which the osmo backend cannot do (its tasks are fixed at submission): run it with --backend local, "
-             "ray or slurm"),
-])
-def test_submit_of_a_stopping_experiment_is_refused_naming_the_key(tmp_path: Path, capsys, backend: str,
-                                                                    says: str) -> None:
-    """Issue #25: `run --backend slurm` drives the waves (test_slurm_sequential.py); `submit` has no driver job, and
-    OSMO's tasks are fixed at submission: exit 2, the file, the key and the fix; nothing written, dry run or not."""
-    stopping = ["stopping.wave=2", "stopping.max_episodes=4", "stopping.precision.half_width=0.3"]
+STOPPING = ["stopping.wave=2", "stopping.max_episodes=4", "stopping.precision.half_width=0.3"]
+
+
+def test_osmo_submit_of_a_stopping_experiment_is_refused_naming_the_key(tmp_path: Path, capsys) -> None:
+    """Issue #25: OSMO's tasks are fixed at submission: exit 2, the file, the key and the fix; nothing written,
+    dry run or not."""
     for dry in (["--dry-run"], []):
         folder = tmp_path / f"out{len(dry)}"
-        assert main(["submit", str(experiment(tmp_path, served=False)), *stopping, "--backend", backend, *dry,
+        assert main(["submit", str(experiment(tmp_path, served=False)), *STOPPING, "--backend", "osmo", *dry,
                      "--output-dir", str(folder)]) == 2
         err = capsys.readouterr().err
-        assert f"exp.yaml: stopping: sequential stopping releases episodes a wave at a time, {says}" in err, err
+        assert ("exp.yaml: stopping: sequential stopping releases episodes a wave at a time, which the osmo backend"
+                " cannot do (its tasks are fixed at submission): run it with --backend local, ray or slurm") in err
         assert not folder.exists()
+
+
+def test_slurm_submit_dry_run_of_a_stopping_experiment_writes_the_driver_only(tmp_path: Path, capsys) -> None:
+    """Issue #25: the driver job's script (1 CPU, `evalfleet run --resume` on the saved Experiment), written;
+    no runner array, nothing submitted (no sbatch is needed), no experiment.yaml."""
+    folder = tmp_path / "out"
+    assert main(["submit", str(experiment(tmp_path, served=False)), *STOPPING, "--backend", "slurm", "--dry-run",
+                 "--output-dir", str(folder)]) == 0
+    written = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    assert written == [".evalfleet/slurm/driver.sbatch"]
+    text = (folder / written[0]).read_text()
+    assert "#SBATCH --cpus-per-task=1" in text and f"#SBATCH --output={folder}/.evalfleet/slurm/logs/driver.log" in text
+    assert re.search(r"exec \S+ -\S+ -m evalfleet\.cli run --backend slurm --output \"\$OUT\" --resume", text), text
+    assert "--array" not in text

@@ -18,7 +18,9 @@ from evalfleet.layout import EXPERIMENT_FILE
 from evalfleet.execution.slurm.commands import executable
 from evalfleet.execution.slurm.launch import ArrayWatch, all_jobs, cancel, launch, launch_array
 from evalfleet.execution.slurm.paths import check_output_path
-from evalfleet.execution.slurm.render import WORKERS_CAP, render, slurm_settings
+from evalfleet.execution.slurm.driver import submit_driver
+from evalfleet.execution.slurm.render import WORKERS_CAP, job_name, render, slurm_settings
+from evalfleet.execution.waves import has_stopping
 from evalfleet.execution.slurm.serving import SlurmServing
 from evalfleet.execution.slurm.task_steps import blame_lost_servers, server_runs, worker_results
 
@@ -88,7 +90,8 @@ class SlurmBackend(BackendBase):
         blame_lost_servers(results, job.plan, keeper.lost, server_runs(job.loaded))
         return results
 
-    def submit(self, loaded: Any, *, dry_run: bool, output_dir: str | None, stream: TextIO) -> int:
+    def submit(self, loaded: Any, *, dry_run: bool, output_dir: str | None, stream: TextIO,
+               resume: bool = False) -> int:
         """Dry run: every batch script written into `output_dir` (one file each) and listed, or printed when no
         folder is given; nothing submitted. Otherwise the scripts go to OUT/.evalfleet/slurm/ and are submitted."""
         from evalfleet.execution.output_dir import default_output, output_folder, prepare_output
@@ -100,6 +103,12 @@ class SlurmBackend(BackendBase):
         out = output_folder(output_dir, key="--output-dir") if output_dir else default_output(loaded)
         out = check_output_path(out, key="--output-dir")
         plan = make_plan(loaded, workers=self.workers or settings.workers or WORKERS_CAP)
+        if has_stopping(plan) or resume:  # waves need a driver: one job running `evalfleet run` (driver.py)
+            if not dry_run:
+                self.check()
+            return submit_driver(loaded, out, settings, job_name=f"{job_name(settings, loaded.experiment.name)}"
+                                 "-driver", workers=self.workers, dry_run=dry_run, resume=resume,
+                                 to_folder=bool(output_dir), stream=stream)
         rendering = render(loaded, out, plan, workers=self.workers)
         if dry_run:
             if output_dir:

@@ -40,7 +40,7 @@ def server_script_name(server: str) -> str:
     return f"server-{server}.sbatch"
 
 
-def _python(settings: SlurmSettings) -> list[sh.Piece]:
+def job_python(settings: SlurmSettings) -> list[sh.Piece]:
     """The jobs' Python (never with the working folder on sys.path), inside the container when there is one."""
     if settings.container_image:
         python = settings.python or "python3"
@@ -53,7 +53,7 @@ def _python(settings: SlurmSettings) -> list[sh.Piece]:
     return [python, *(SAFE_PATH_FLAGS if python == sys.executable else ("-P",))]
 
 
-def _directives(settings: SlurmSettings, *, job_name: str, log: str, partition: str | None,
+def directives(settings: SlurmSettings, *, job_name: str, log: str, partition: str | None,
                 extra: Sequence[str] = ()) -> list[str]:
     lines = [f"--job-name={job_name}", f"--output={log}", "--open-mode=append"]
     lines += [f"--partition={partition}"] if partition else []
@@ -64,7 +64,7 @@ def _directives(settings: SlurmSettings, *, job_name: str, log: str, partition: 
     return ["#!/bin/bash", *(f"#SBATCH {line}" for line in lines)]
 
 
-def _head(out: Path, settings: SlurmSettings, comment: str) -> list[str]:
+def head(out: Path, settings: SlurmSettings, comment: str) -> list[str]:
     return [f"# {comment}", "set -u", sh.assign("OUT", str(out), key="--output"), *settings.setup,
             "export PYTHONUNBUFFERED=1"]
 
@@ -102,11 +102,11 @@ def runners_script(paths: SlurmPaths, settings: SlurmSettings, *, job_name: str,
     extra += [f"--gres={settings.gres}"] if settings.gres else []
     extra += [f"--constraint={settings.constraint}"] if settings.constraint else []
     extra += [f"--signal=B:TERM@{settings.signal_lead_s}"] if settings.signal_lead_s else []
-    lines = _directives(settings, job_name=job_name, log=str(paths.logs / RUNNER_LOG.format(task="%a")),
+    lines = directives(settings, job_name=job_name, log=str(paths.logs / RUNNER_LOG.format(task="%a")),
                         partition=settings.partition, extra=extra)
-    lines += _head(paths.out, settings, "evalfleet runner array: each task runs the shards it claims under the "
+    lines += head(paths.out, settings, "evalfleet runner array: each task runs the shards it claims under the "
                    "watchdog; a requeued task resumes its claims")
-    python = _python(settings)
+    python = job_python(settings)
     state = _relative(paths, paths.root)
     runner: list[Any] = [*python, "-m", "evalfleet.cli", "runner"]
     if servers:
@@ -149,11 +149,11 @@ def server_script(paths: SlurmPaths, settings: SlurmSettings, *, job_name: str, 
     extra = [f"--cpus-per-task={settings.server_cpus}", "--requeue"]
     extra += [f"--mem={settings.server_mem}"] if settings.server_mem else []
     extra += [f"--gpus={settings.server_gpus}"] if settings.server_gpus is not None else []
-    lines = _directives(settings, job_name=job_name, log=str(paths.logs / SERVER_LOG.format(server=server)),
+    lines = directives(settings, job_name=job_name, log=str(paths.logs / SERVER_LOG.format(server=server)),
                         partition=settings.server_partition or settings.partition, extra=extra)
-    lines += _head(paths.out, settings, f"evalfleet policy server {server}: publishes its address in "
+    lines += head(paths.out, settings, f"evalfleet policy server {server}: publishes its address in "
                    f"{_relative(paths, paths.server_address(server))} once healthy, serves until SIGTERM")
-    lines += [sh.command("exec", *_python(settings), "-m", "evalfleet.execution.slurm", "serve", "--output",
+    lines += [sh.command("exec", *job_python(settings), "-m", "evalfleet.execution.slurm", "serve", "--output",
                          sh.Var("OUT"), "--server", server, key="slurm.python"), ""]
     return "\n".join(lines)
 
@@ -161,9 +161,9 @@ def server_script(paths: SlurmPaths, settings: SlurmSettings, *, job_name: str, 
 def collect_script(paths: SlurmPaths, settings: SlurmSettings, *, job_name: str) -> str:
     """The collect job (submitted with --dependency=afterany:<array>): every Run's status from the array tasks'
     Slurm states, the server jobs cancelled, then the output folder finalized (records, plots, index.html)."""
-    lines = _directives(settings, job_name=job_name, log=str(paths.logs / COLLECT_LOG),
+    lines = directives(settings, job_name=job_name, log=str(paths.logs / COLLECT_LOG),
                         partition=settings.partition, extra=["--cpus-per-task=1"])
-    lines += _head(paths.out, settings, "evalfleet collect: Run statuses from the array tasks, then the report")
-    lines += [sh.command("exec", *_python(settings), "-m", "evalfleet.execution.slurm", "collect", "--output",
+    lines += head(paths.out, settings, "evalfleet collect: Run statuses from the array tasks, then the report")
+    lines += [sh.command("exec", *job_python(settings), "-m", "evalfleet.execution.slurm", "collect", "--output",
                          sh.Var("OUT"), key="slurm.python"), ""]
     return "\n".join(lines)
