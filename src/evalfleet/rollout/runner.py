@@ -37,7 +37,7 @@ from evalfleet.rollout.failures import (check_records_protocol, describe_error, 
 from evalfleet.rollout.heartbeat import HeartbeatWriter
 from evalfleet.rollout.latency import LatencyModel, enqueue
 from evalfleet.rollout.inflight import InFlight, runner_in_flight
-from evalfleet.rollout.records import EpisodeRecord, RecordWriter, RunScope, read_run_records
+from evalfleet.rollout.records import DECISION_FIELDS, EpisodeRecord, RecordWriter, RunScope, read_run_records
 from evalfleet.rollout.timings import PhaseTimings, worker_name
 from evalfleet.rollout.video import EpisodeVideo, should_record
 from evalfleet.sim.base import with_defaults
@@ -50,6 +50,12 @@ def latest_records(out_dir: Path, run: str, planned: int | None = None) -> dict[
     """Episode → the record that counts, from every log of the Run (records of other Runs and of episodes
     outside 0..planned-1 never count; see records.RunRecords for the rule)."""
     return read_run_records(RunScope(run, planned), run_log_files(out_dir, run)).by_episode
+
+
+def decision_records(out_dir: Path, run: str, planned: int | None = None) -> dict[int, dict[str, Any]]:
+    """`latest_records` with only what deciding an episode needs (status, attempt, episode_length) kept of each:
+    read once per shard, so a worker's memory does not grow with its Run's records (issue #29)."""
+    return read_run_records(RunScope(run, planned), run_log_files(out_dir, run), keep=DECISION_FIELDS).by_episode
 
 
 def is_decided(record: dict[str, Any], max_attempts: int) -> bool:
@@ -152,7 +158,7 @@ class ShardRunner:
     # -- what to run ---------------------------------------------------------------------------
     def _pending(self, shard: Shard) -> collections.deque:
         """(episode, attempt) of every episode of the shard that is not decided yet."""
-        done = latest_records(self.out_dir, self.plan.name, self.plan.num_episodes)
+        done = decision_records(self.out_dir, self.plan.name, self.plan.num_episodes)
         max_attempts = self.run.max_attempts
         attempts = {ep: int(rec.get("attempt", 1)) for ep, rec in done.items()}
         if shard.stop is None:
@@ -161,7 +167,7 @@ class ShardRunner:
         return collections.deque((i, attempts.get(i, 0) + 1) for i in todo)
 
     def _budget_steps_done(self) -> tuple[int, int]:
-        done = latest_records(self.out_dir, self.plan.name, self.plan.num_episodes)
+        done = decision_records(self.out_dir, self.plan.name, self.plan.num_episodes)
         steps = sum(int(r.get("episode_length", 0)) for r in done.values() if r.get("status") != "error")
         return steps, (max(done) + 1 if done else 0)
 
