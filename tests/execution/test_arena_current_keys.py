@@ -324,3 +324,23 @@ def test_camera_size_becomes_image_size_or_names_the_key(tmp_path: Path, capsys:
                    "    policy: {type: zero}\n" + body)
     err = _plan_error(capsys, exp)
     assert "runs.r.environment_builder.camera_height" in err and "no equivalent in environment type 'gymnasium'" in err
+
+
+def test_an_arena_run_refuses_an_evalfleet_condition_set_instead_of_ignoring_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Arena's runner samples its own episodes: a `conditions:` set on an Arena Run used to be resolved on evalfleet's
+    side and then never reach Arena (its episodes would not be the set's); now it is refused, naming the key."""
+    source = tmp_path / "src.yaml"
+    source.write_text("runs:\n  r:\n    environment: {type: pick_and_place_maple_table}\n"
+                      "    policy: {type: zero_action}\n    rollout_limit: {num_episodes: 3}\n")
+    rc, _, err = cli(capsys, "conditions", "export", str(source), "--output", str(tmp_path / "set.json"))
+    assert rc == 0, err
+    replay = tmp_path / "rep.yaml"
+    replay.write_text(source.read_text().replace("    rollout_limit: {num_episodes: 3}\n",
+                                                 "    conditions: set.json\n"))
+    err = _plan_error(capsys, replay)
+    assert "runs.r.conditions" in err and "episode_conditions_path" in err and str(replay) in err
+    out_dir = tmp_path / "out"
+    rc, _, err = cli(capsys, "submit", str(replay), "--backend", "osmo", "--dry-run", "--output-dir", str(out_dir))
+    assert rc == 2 and "runs.r.conditions" in err
+    assert not out_dir.exists()

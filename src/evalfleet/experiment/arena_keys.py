@@ -34,6 +34,14 @@ def resolve_arena_keys(runs: dict[str, Any], where: str) -> dict[str, Any]:
         key = f"runs.{name}"
         builder = run.get("environment_builder") if isinstance(run, dict) else None
         env = run.get("environment") if isinstance(run, dict) else None
+        if (isinstance(env, dict) and isinstance(env.get("type"), str) and ENVIRONMENTS.get(env["type"]) is None
+                and run.get("conditions") is not None):
+            # Arena's runner plays its own episodes: a set resolved on evalfleet's side would be silently ignored.
+            raise UserError(
+                "an Isaac Lab Arena Run cannot replay an evalfleet condition set (Arena's runner samples its own "
+                "episodes, so the set would be ignored): give Arena's own environment_builder.episode_conditions_path "
+                "(JSON lines with a `variations` map, e.g. an Arena episode_results file), or replay the set on one of "
+                "evalfleet's environments", where=where, key=f"{key}.conditions")
         if not isinstance(builder, dict) or not isinstance(env, dict) or not isinstance(env.get("type"), str):
             out[name] = run  # the schema reports a malformed section
             continue
