@@ -46,16 +46,12 @@ from evalfleet.sim.protocol import EPISODE_TIMEOUT, POLICY_ERROR, RECORDING_ERRO
 run_log_files = run_logs  # every log of a Run: the merged file first, then the shard parts (later lines win)
 
 
-def latest_records(out_dir: Path, run: str, planned: int | None = None) -> dict[int, dict[str, Any]]:
+def latest_records(out_dir: Path, run: str, planned: int | None = None,
+                   keep: tuple[str, ...] | None = None) -> dict[int, dict[str, Any]]:
     """Episode → the record that counts, from every log of the Run (records of other Runs and of episodes
-    outside 0..planned-1 never count; see records.RunRecords for the rule)."""
-    return read_run_records(RunScope(run, planned), run_log_files(out_dir, run)).by_episode
-
-
-def decision_records(out_dir: Path, run: str, planned: int | None = None) -> dict[int, dict[str, Any]]:
-    """`latest_records` with only what deciding an episode needs (status, attempt, episode_length) kept of each:
-    read once per shard, so a worker's memory does not grow with its Run's records (issue #29)."""
-    return read_run_records(RunScope(run, planned), run_log_files(out_dir, run), keep=DECISION_FIELDS).by_episode
+    outside 0..planned-1 never count; see records.RunRecords for the rule); `keep`: only those fields of each
+    (DECISION_FIELDS before each shard, so a worker's memory does not grow with its Run's records)."""
+    return read_run_records(RunScope(run, planned), run_log_files(out_dir, run), keep=keep).by_episode
 
 
 def is_decided(record: dict[str, Any], max_attempts: int) -> bool:
@@ -158,7 +154,7 @@ class ShardRunner:
     # -- what to run ---------------------------------------------------------------------------
     def _pending(self, shard: Shard) -> collections.deque:
         """(episode, attempt) of every episode of the shard that is not decided yet."""
-        done = decision_records(self.out_dir, self.plan.name, self.plan.num_episodes)
+        done = latest_records(self.out_dir, self.plan.name, self.plan.num_episodes, keep=DECISION_FIELDS)
         max_attempts = self.run.max_attempts
         attempts = {ep: int(rec.get("attempt", 1)) for ep, rec in done.items()}
         if shard.stop is None:
@@ -167,7 +163,7 @@ class ShardRunner:
         return collections.deque((i, attempts.get(i, 0) + 1) for i in todo)
 
     def _budget_steps_done(self) -> tuple[int, int]:
-        done = decision_records(self.out_dir, self.plan.name, self.plan.num_episodes)
+        done = latest_records(self.out_dir, self.plan.name, self.plan.num_episodes, keep=DECISION_FIELDS)
         steps = sum(int(r.get("episode_length", 0)) for r in done.values() if r.get("status") != "error")
         return steps, (max(done) + 1 if done else 0)
 
