@@ -67,6 +67,17 @@ def interleaved(first: Callable[[], Any], second: Callable[[], Any], repeats: in
     return a, b
 
 
+def rotated(measures: dict[str, Callable[[], Any]], repeats: int = DEFAULT_REPEATS) -> dict[str, list[Any]]:
+    """`repeats` rounds of every measure, the order rotated each round (ABC, BCA, CAB, ...), so drift in the
+    machine's load falls on all alike; name → its results, round by round."""
+    names = list(measures)
+    out: dict[str, list[Any]] = {name: [] for name in names}
+    for i in range(repeats):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            out[name].append(measures[name]())
+    return out
+
+
 def ratios(numerators: list[float], denominators: list[float]) -> list[float]:
     """Pair by pair (the pairs of `interleaved`)."""
     return [n / d for n, d in zip(numerators, denominators) if d]

@@ -1,14 +1,36 @@
-"""The same tiny random LeRobot ACT checkpoint on the same Push-T episodes, through `lerobot-eval` and
-through evalfleet (`type: lerobot`, served from LeRobot's venv, 2 workers, one batched server). Prints JSON:
-episodes/s of each and whether the per-episode results (success) agree, seed by seed.
+"""A trained LeRobot ACT checkpoint on Push-T through `lerobot-eval` and through evalfleet, in two modes. Prints JSON.
 
-    python3 bench/lerobot_side_by_side.py [--episodes 4] [--max-steps 300] [--repeats 3]
+    python3 bench/lerobot_side_by_side.py [--episodes 50,200] [--modes same_seeds,best] [--repeats 3]
+                                          [--checkpoint DIR] [--workers 2] [--num-envs 8]
 
-Needs LeRobot's venv (`bash scripts/lerobot-env.sh`). Both sides play evalfleet's planned seeds: lerobot-eval
-runs once per seed (`--seed=S --eval.n_episodes=1`) and its own `eval_s` (no process start) is what its rate is
-computed from; evalfleet's rate is the whole `evalfleet run` (server start included) and, beside it, the span
-from its first episode's start to its last episode's end. Both sides run `--repeats` times, interleaved
-(evalfleet, lerobot-eval; lerobot-eval, evalfleet; ...): median and spread of each figure and of the ratio.
+The checkpoint is scripts/pusht-checkpoint.sh's (built once into ~/.cache/evalfleet: ACT trained here on
+demonstrations of evalfleet's Push-T planner, keypoint observations), so episodes succeed and fail and
+per-episode agreement can fail. Every side runs gym-pusht 0.1.8 with `obs_type=environment_state_agent_pos`.
+
+Sides (each timed wall to wall, process start to exit):
+* `lerobot_eval`: `lerobot-eval` with its defaults: `eval.batch_size` 0 (its auto size: 70% of the cores, so 1
+  on 2 cores) and async envs. Beside its wall time, its own `eval_s` (imports and policy load left out).
+* `lerobot_eval_batched`: `lerobot-eval --eval.batch_size=8 --eval.use_async_envs=false`, its fastest setting
+  measured on 2 cores (a vector env of 8 steps every env until the last is done; async is slower here).
+* `evalfleet`: evalfleet at its best for a LeRobot checkpoint: `evalfleet run` from LeRobot's venv with the
+  checkpoint in each runner (`type: lerobot_local`, torch threads split among the runners), `--workers`
+  runners of `--num-envs` lockstepped envs each, one forward pass per runner per step. In same_seeds its
+  envs run one at a time (`num_envs: 1`: a forward pass on one observation, like lerobot-eval's batch of 1).
+* `evalfleet_served`: evalfleet's usual path, from its own environment: `type: lerobot`, the checkpoint served
+  over openpi from LeRobot's venv, `--workers` runners of `--num-envs` envs, the server batching up to 16.
+
+Modes:
+* same_seeds: every side plays seeds S..S+n-1, lerobot-eval's numbering for `--seed=S` (each batch of its
+  vector env takes the next seeds); evalfleet replays exactly those through a condition set
+  (`runs.<run>.conditions`). Per-episode success is compared seed by seed against `lerobot_eval`, and each
+  side's success rate is given with its Wilson interval. A policy's forward pass on a batch of observations
+  differs from its pass on each alone in the last bits (the matrix products sum in another order), and
+  Push-T's contacts grow such a difference into another episode: sides that batch may disagree where sides
+  that do not agree exactly; each disagreement lists what the unbatched evalfleet side got on that seed.
+* best: each side on its own seeds (lerobot-eval's default `--seed` 1000, evalfleet's plan).
+
+Each measurement is repeated `--repeats` times, the order of the sides rotated each round: median and spread of
+each figure, and evalfleet's speed-up over each lerobot-eval side pair by pair (same round).
 """
 
 from __future__ import annotations
@@ -22,118 +44,197 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import yaml
-from _common import add_repeat_arg, emit, interleaved, machine, ratios, spread
+from _common import add_repeat_arg, emit, machine, ratios, rotated, spread
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "src"))
+RUN = "pusht_act"
+FIRST_SEED = 0  # same_seeds: lerobot-eval's --seed, evalfleet's first replayed seed
+LEROBOT_DEFAULT_SEED = 1000  # lerobot-eval's own --seed default
+SERVER_BATCH = 16
+SIDES = ("lerobot_eval", "lerobot_eval_batched", "evalfleet", "evalfleet_served")
+BATCHED = {"lerobot_eval_batched", "evalfleet_served"}  # sides whose forward passes take several observations
 
 
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "EVALFLEET_PLUGINS"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
     env["MPLBACKEND"] = "Agg"
+    env["HF_HUB_OFFLINE"] = "1"
     return env
+
+
+def build_checkpoint() -> Path:
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "pusht-checkpoint.sh")], check=True, text=True,
+                          stdout=subprocess.PIPE, env=_env())
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def condition_set(path: Path, seeds: list[int]) -> None:
+    """A condition set replaying exactly `seeds`, in order (experiment/conditions.py's format)."""
+    from evalfleet.experiment.conditions import FORMAT, INITIAL_STATE_RULE, VERSION, content_hash
+
+    doc: dict[str, Any] = {"format": FORMAT, "version": VERSION, "experiment": "lerobot-eval seeds", "seed": seeds[0],
+                           "tasks": {"pusht": {"environment_type": "pusht", "initial_state": INITIAL_STATE_RULE,
+                                               "runs": [RUN], "conditions": [
+                                                   {"seed": s, "initial_state": i, "variations": {}}
+                                                   for i, s in enumerate(seeds)]}}}
+    doc["sha256"] = content_hash(doc)
+    path.write_text(json.dumps(doc))
+
+
+def experiment(path: Path, policy: dict[str, Any], episodes: int, num_envs: int, seeds: list[int] | None) -> Path:
+    run: dict[str, Any] = {"environment": {"type": "pusht", "obs_type": "environment_state_agent_pos"},
+                           "policy": policy, "environment_builder": {"num_envs": num_envs},
+                           "rollout_limit": {"num_episodes": episodes}}
+    if seeds is not None:
+        condition_set(path.parent / "seeds.json", seeds)
+        run["conditions"] = "seeds.json"
+    path.write_text(yaml.safe_dump({"name": "lerobot_side_by_side", "seed": 0, "runs": {RUN: run}}))
+    return path
+
+
+def run_evalfleet(python: str, exp: Path, out: Path, workers: int) -> dict[str, Any]:
+    started = time.perf_counter()
+    proc = subprocess.run([python, "-m", "evalfleet.cli", "run", str(exp), "--output", str(out),
+                           "--workers", str(workers), "--no-progress"], env=_env(), capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        sys.exit(f"evalfleet run ({python}) failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    records = [json.loads(line) for line in (out / RUN / "episode_results.jsonl").read_text().splitlines()]
+    errors = [r for r in records if r.get("status") == "error"]
+    if errors:
+        sys.exit(f"evalfleet recorded {len(errors)} error episode(s), e.g. {errors[0].get('error')}")
+    shutil.rmtree(out, ignore_errors=True)
+    return {"wall_s": wall, "success": {int(r["seed"]): bool(r["success"]) for r in records}}
+
+
+def run_lerobot_eval(python: str, ckpt: Path, episodes: int, out: Path, seed: int | None,
+                     extra: list[str]) -> dict[str, Any]:
+    command = [str(Path(python).parent / "lerobot-eval"), f"--policy.path={ckpt}", "--policy.device=cpu",
+               "--env.type=pusht", "--env.obs_type=environment_state_agent_pos", f"--eval.n_episodes={episodes}",
+               f"--output_dir={out}", *extra] + ([f"--seed={seed}"] if seed is not None else [])
+    started = time.perf_counter()
+    proc = subprocess.run(command, env=_env(), capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        sys.exit(f"lerobot-eval failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    info = json.loads((out / "eval_info.json").read_text())
+    shutil.rmtree(out, ignore_errors=True)
+    successes = [bool(s) for s in info["per_task"][0]["metrics"]["successes"]]
+    first = LEROBOT_DEFAULT_SEED if seed is None else seed
+    return {"wall_s": wall, "eval_s": float(info["overall"]["eval_s"]),
+            "success": {first + i: s for i, s in enumerate(successes)}}
+
+
+def rate(success: dict[int, bool]) -> dict[str, Any]:
+    from evalfleet.analysis.stats import wilson_interval
+
+    wins, n = sum(success.values()), len(success)
+    low, high = wilson_interval(wins, n)
+    return {"successes": wins, "episodes": n, "rate": round(wins / n, 3), "wilson_95": [round(low, 3), round(high, 3)]}
+
+
+def sides(mode: str, episodes: int, folder: Path, venv_python: str, ckpt: Path,
+          args: argparse.Namespace) -> dict[str, Callable[[], dict[str, Any]]]:
+    seeds = list(range(FIRST_SEED, FIRST_SEED + episodes)) if mode == "same_seeds" else None
+    lerobot_seed = FIRST_SEED if seeds else None
+    in_venv = experiment(_folder(folder, "evalfleet") / "exp.yaml", {"type": "lerobot_local", "path": str(ckpt)},
+                         episodes, 1 if seeds else args.num_envs, seeds)
+    batching = {"max_batch": SERVER_BATCH, "max_wait_ms": 2}
+    served = experiment(_folder(folder, "evalfleet_served") / "exp.yaml",
+                        {"type": "lerobot", "path": str(ckpt), "batching": batching}, episodes, args.num_envs, seeds)
+    rounds = {side: 0 for side in SIDES}
+
+    def out(side: str) -> Path:
+        rounds[side] += 1
+        return folder / side / f"out_{rounds[side]}"
+
+    measures = {
+        "lerobot_eval": lambda: run_lerobot_eval(venv_python, ckpt, episodes, out("lerobot_eval"), lerobot_seed, []),
+        "lerobot_eval_batched": lambda: run_lerobot_eval(
+            venv_python, ckpt, episodes, out("lerobot_eval_batched"), lerobot_seed,
+            ["--eval.batch_size=8", "--eval.use_async_envs=false"]),
+        "evalfleet": lambda: run_evalfleet(venv_python, in_venv, out("evalfleet"), args.workers),
+        "evalfleet_served": lambda: run_evalfleet(sys.executable, served, out("evalfleet_served"), args.workers),
+    }
+    return {side: measures[side] for side in args.sides.split(",")}
+
+
+def _folder(parent: Path, name: str) -> Path:
+    path = parent / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def compare(mode: str, episodes: int, venv_python: str, ckpt: Path, tmp: Path,
+            args: argparse.Namespace) -> dict[str, Any]:
+    folder = _folder(tmp, f"{mode}_{episodes}")
+    results = rotated(sides(mode, episodes, folder, venv_python, ckpt, args), args.repeats)
+    per_s = {side: [episodes / r["wall_s"] for r in rounds] for side, rounds in results.items()}
+    figures: dict[str, Any] = {}
+    for side, rounds in results.items():
+        first = rounds[0]["success"]
+        figures[side] = {"episodes_per_s": spread(per_s[side]), "wall_s": spread([r["wall_s"] for r in rounds], 2),
+                         **rate(first), "same_results_every_round": all(r["success"] == first for r in rounds)}
+        if "eval_s" in rounds[0]:
+            figures[side]["episodes_per_s_from_eval_s"] = spread([episodes / r["eval_s"] for r in rounds])
+    figures["speedup_wall_to_wall"] = {
+        f"{ours}_vs_{theirs}": spread(ratios(per_s[ours], per_s[theirs]), 2)
+        for ours in ("evalfleet", "evalfleet_served") if ours in per_s
+        for theirs in ("lerobot_eval", "lerobot_eval_batched") if theirs in per_s}
+    if mode == "same_seeds" and "lerobot_eval" in results:
+        reference = results["lerobot_eval"][0]["success"]
+        unbatched = results["evalfleet"][0]["success"] if "evalfleet" in results else {}
+        figures["agreement_with_lerobot_eval"] = {}
+        for side in results:
+            if side == "lerobot_eval":
+                continue
+            theirs = results[side][0]["success"]
+            differ = sorted(s for s in reference if theirs.get(s) != reference[s])
+            figures["agreement_with_lerobot_eval"][side] = {
+                "episodes": len(reference), "agree": len(reference) - len(differ),
+                "fraction": round((len(reference) - len(differ)) / len(reference), 4), "batched": side in BATCHED,
+                "disagreements": [{"seed": s, side: theirs.get(s), "lerobot_eval": reference[s],
+                                   "evalfleet_unbatched": unbatched.get(s)} for s in differ]}
+    return figures
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--episodes", type=int, default=4)
-    parser.add_argument("--max-steps", type=int, default=300)
+    parser.add_argument("--episodes", default="50,200", help="comma-separated episode counts (default 50,200)")
+    parser.add_argument("--modes", default="same_seeds,best")
+    parser.add_argument("--sides", default=",".join(SIDES))
+    parser.add_argument("--checkpoint", type=Path,
+                        help="a LeRobot checkpoint folder (default: scripts/pusht-checkpoint.sh's)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--num-envs", type=int, default=8, help="evalfleet's lockstepped envs per runner (best mode)")
     add_repeat_arg(parser)
     args = parser.parse_args()
+    unknown = set(args.sides.split(",")) - set(SIDES)
+    if unknown:
+        sys.exit(f"unknown side(s) {', '.join(sorted(unknown))}; sides: {', '.join(SIDES)}")
     from evalfleet.serving.bindings import interpreter, lerobot_venv
 
-    venv = lerobot_venv()
-    python = interpreter(str(venv))
-    if not Path(python).exists():
-        sys.exit(f"LeRobot's venv is not built ({python}): run `bash scripts/lerobot-env.sh`")
+    venv_python = interpreter(str(lerobot_venv()))
+    if not Path(venv_python).exists():
+        sys.exit(f"LeRobot's venv is not built ({venv_python}): run `bash scripts/lerobot-env.sh`")
+    ckpt = args.checkpoint or build_checkpoint()
+    training = json.loads((ckpt / "training.json").read_text()) if (ckpt / "training.json").is_file() else {}
     before = machine()
     tmp = Path(tempfile.mkdtemp(prefix="lerobot-sbs-"))
-    ckpt = tmp / "act_pusht"
-    subprocess.run([python, str(ROOT / "tests" / "lerobot_policies" / "tiny_checkpoint.py"), "act", str(ckpt),
-                    "--state-dim", "2", "--action-dim", "2", "--image", "top=96", "--action-mean", "256",
-                    "--action-std", "100"], check=True, env=_env(), capture_output=True)
-
-    experiment = tmp / "sbs.yaml"
-    experiment.write_text(yaml.safe_dump({"name": "lerobot_sbs", "seed": 0, "runs": {"pusht_act": {
-        "environment": {"type": "pusht", "obs_type": "pixels_agent_pos", "image_size": 96,
-                        "max_steps": args.max_steps},
-        "policy": {"type": "lerobot", "path": str(ckpt), "batching": {"max_batch": 8, "max_wait_ms": 5}},
-        "rollout_limit": {"num_episodes": args.episodes}}}}))
-    from evalfleet.experiment.loading import load_experiment
-    from evalfleet.experiment.plan import make_plan
-
-    plan = make_plan(load_experiment(experiment), workers=2)
-    seeds = [plan.runs["pusht_act"].episode(i).seed for i in range(args.episodes)]
-
-    lerobot_eval = str(Path(python).parent / "lerobot-eval")
-    rounds = 0
-
-    def evalfleet_side() -> dict:
-        nonlocal rounds
-        rounds += 1
-        out = tmp / f"evalfleet_{rounds}"
-        t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "evalfleet.cli", "run", str(experiment), "--output", str(out),
-                               "--workers", "2", "--no-progress"], env=_env(), capture_output=True, text=True)
-        wall = time.perf_counter() - t0
-        if proc.returncode != 0:
-            sys.exit(proc.stderr[-3000:])
-        records = [json.loads(line) for line in (out / "pusht_act" / "episode_results.jsonl").read_text().splitlines()]
-        span = max(r["timestamp"] for r in records) - min(r["timestamp"] - r["duration_s"] for r in records)
-        return {"wall_s": wall, "span_s": span, "records": {r["seed"]: r for r in records}}
-
-    lerobot_rounds = 0
-
-    def lerobot_side() -> dict:
-        nonlocal lerobot_rounds
-        lerobot_rounds += 1
-        success, eval_s, wall = {}, 0.0, 0.0
-        for seed in seeds:
-            dest = tmp / f"lerobot_eval_{lerobot_rounds}_{seed}"
-            t0 = time.perf_counter()
-            subprocess.run([lerobot_eval, f"--policy.path={ckpt}", "--policy.device=cpu", "--env.type=pusht",
-                            f"--env.episode_length={args.max_steps}", "--eval.n_episodes=1", "--eval.batch_size=1",
-                            f"--seed={seed}", f"--output_dir={dest}"], check=True, env=_env(), capture_output=True)
-            wall += time.perf_counter() - t0
-            info = json.loads((dest / "eval_info.json").read_text())
-            per_episode = (info.get("per_episode") or info.get("overall", {}).get("per_episode") or [{}])[0]
-            aggregated = info.get("aggregated") or info.get("overall", {})
-            eval_s += float(aggregated.get("eval_s", 0.0))
-            success[seed] = bool(per_episode.get("success"))
-        return {"eval_s": eval_s, "wall_s": wall, "success": success}
-
-    ours_rounds, theirs_rounds = interleaved(evalfleet_side, lerobot_side, args.repeats)
-    n = len(seeds)
-    ours, theirs = ours_rounds[0]["records"], theirs_rounds[0]["success"]
-    # Every round must give the same per-seed results on both sides, and the two sides must agree.
-    same_every_round = (all({s: r["records"][s]["success"] for s in seeds} == {s: ours[s]["success"] for s in seeds}
-                            for r in ours_rounds) and all(r["success"] == theirs for r in theirs_rounds))
-    agree = {str(s): ours[s]["success"] == theirs[s] for s in seeds}
-    ours_rate = [n / r["wall_s"] for r in ours_rounds]
-    theirs_rate = [n / r["eval_s"] for r in theirs_rounds if r["eval_s"]]
-    figures = {
-        "episodes": n, "max_steps": args.max_steps, "checkpoint": "tiny random ACT, 96 px, chunk 10",
-        "repeats": args.repeats,
-        "lerobot_eval": {"episodes_per_s": spread(theirs_rate, 3),
-                         "eval_s": spread([r["eval_s"] for r in theirs_rounds], 2),
-                         "wall_s_with_process_starts": spread([r["wall_s"] for r in theirs_rounds], 2)},
-        "evalfleet": {"episodes_per_s": spread(ours_rate, 3), "wall_s": spread([r["wall_s"] for r in ours_rounds], 2),
-                      "episodes_per_s_first_start_to_last_end": spread([n / r["span_s"] for r in ours_rounds
-                                                                         if r["span_s"] > 0], 3),
-                      "workers": 2},
-        # evalfleet's whole run (server start included) against lerobot-eval's own eval_s, round by round
-        "speedup_vs_lerobot_eval_s": spread(ratios(ours_rate, theirs_rate), 2),
-        "per_episode_success": {str(s): {"evalfleet": ours[s]["success"], "lerobot_eval": theirs[s]} for s in seeds},
-        "all_agree": all(agree.values()),  # success only: records carry no reward to compare
-        "same_results_every_round": same_every_round,
-        "evalfleet_episode_lengths": [ours[s]["episode_length"] for s in seeds],
-    }
-    emit(figures, machine_before=before)
-    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        results = {mode: {str(n): compare(mode, int(n), venv_python, ckpt, tmp, args)
+                          for n in args.episodes.split(",")} for mode in args.modes.split(",")}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    emit({"checkpoint": {"path": str(ckpt), **{k: training.get(k) for k in ("recipe", "frames", "final_l1")}},
+          "evalfleet_settings": {"workers": args.workers, "num_envs_best": args.num_envs, "server_batch": SERVER_BATCH},
+          "repeats": args.repeats, **results}, machine_before=before)
 
 
 if __name__ == "__main__":

@@ -16,11 +16,17 @@ LEROBOT_VERSION=0.6.1
 CACHE="${EVALFLEET_CACHE:-$HOME/.cache/evalfleet}"
 VENV="${EVALFLEET_LEROBOT_VENV:-$CACHE/venvs/lerobot-$LEROBOT_VERSION}"
 # What the venv must hold. `pusht` brings gym-pusht for `lerobot-eval --env.type=pusht` (bench), `diffusion` diffusers; the rest is what
-# evalfleet's server side imports, at versions lerobot accepts. Changing this line rebuilds the venv.
+# evalfleet imports here, at versions lerobot accepts: its server side, and `evalfleet run` itself (matplotlib for the
+# plots), which runs a checkpoint in-process (`type: lerobot_local`) on an environment this venv also has, Push-T.
+# Changing this line rebuilds the venv.
 REQUIREMENTS=("lerobot[pusht,diffusion]==$LEROBOT_VERSION" "msgpack>=1.0,<2" "websockets>=13,<18" "pydantic>=2.7,<3"
-  "PyYAML>=6.0,<7" "numpy>=1.26,<2.3" "rich>=13,<16" "packaging>=23" "pillow>=9.4")
+  "PyYAML>=6.0,<7" "numpy>=1.26,<2.3" "rich>=13,<16" "packaging>=23" "pillow>=9.4" "matplotlib>=3.8,<4")
 RECIPE="${REQUIREMENTS[*]}"
 MARKER="$VENV/.evalfleet-recipe"
+# One build at a time: a second caller waits here, then finds the venv built and reuses it.
+mkdir -p "$(dirname "$VENV")"
+exec 9>"$VENV.lock"
+flock 9
 
 find_python312() {
   if [ -n "${EVALFLEET_PYTHON312:-}" ]; then echo "$EVALFLEET_PYTHON312"; return; fi

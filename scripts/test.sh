@@ -23,6 +23,8 @@ bash scripts/install-render-deps.sh >/dev/null
 # those tests skip, saying why.
 if [ "${EVALFLEET_LEROBOT:-1}" != "0" ]; then
   bash scripts/lerobot-env.sh >/dev/null
+  # The trained Push-T ACT checkpoint the agreement test plays (~4 min on first build, cached beside the venv).
+  bash scripts/pusht-checkpoint.sh >/dev/null
 fi
 
 # The pinned linter (ruff, from the test extra; configured in pyproject.toml): a lint error fails here.

@@ -72,3 +72,23 @@ def test_the_top_camera_and_the_render_visualisation_are_real_images():
     obs = pixels_only.reset(2, {})
     assert obs["observation/images/top"].shape == (32, 32, 3) and obs["observation/state"].shape == (0,)
     env.close(), pixels_only.close()
+
+
+def test_keypoint_observations_keep_the_agent_and_the_t_apart_as_lerobot_reads_them():
+    """`environment_state_agent_pos`: `observation/state` is the agent's position and
+    `observation/environment_state` the T's 16 keypoint values (LeRobot's observation.state /
+    observation.environment_state); observation noise reaches both, and the pose they give is the state's."""
+    from evalfleet.policies.pusht_planner import pose_from_keypoints
+
+    keypoints, state = _make_pusht({"obs_type": "environment_state_agent_pos"}, {}), _make_pusht({}, {})
+    obs, full = keypoints.reset(7, {}), state.reset(7, {})["observation/state"]
+    assert obs["observation/state"].shape == (2,) and obs["observation/environment_state"].shape == (16,)
+    np.testing.assert_array_equal(obs["observation/state"], full[:2])
+    xy, angle = pose_from_keypoints(obs["observation/environment_state"])
+    np.testing.assert_allclose(xy, full[2:4], atol=1e-9)
+    assert abs((angle - full[4] + np.pi) % (2 * np.pi) - np.pi) < 1e-9
+    noisy = keypoints.reset(7, {"robot.observation_noise": 2.0})
+    assert not np.array_equal(noisy["observation/state"], obs["observation/state"])
+    assert not np.array_equal(noisy["observation/environment_state"], obs["observation/environment_state"])
+    assert "observation/environment_state" not in state.reset(7, {})  # other obs types are as they were
+    keypoints.close(), state.close()

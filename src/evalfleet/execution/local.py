@@ -31,6 +31,7 @@ from evalfleet.execution.threads import WorkerThread, wait_all
 from evalfleet.execution.watchdog import WatchdogConfig, supervise
 from evalfleet.experiment.plan import Shard
 from evalfleet.layout import CLAIMS_DIR, EXPERIMENT_FILE, WIRED_EXPERIMENT_FILE, internal_dir, worker_file
+from evalfleet.policies.base import HOST_RUNNERS_ENV
 
 
 @BACKENDS.register("local", summary="worker processes on this machine, each under the watchdog")
@@ -142,6 +143,7 @@ class LocalRun:
         log_path = worker_file(self.out, result.worker, ".log")
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        env[HOST_RUNNERS_ENV] = str(len(self._threads))  # a CPU policy's share of the cores (policies.base)
         try:
             with open(log_path, "ab") as log:
                 result.result = supervise(

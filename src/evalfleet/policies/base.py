@@ -8,6 +8,8 @@ instruction), and for camera policies `observation/image`, `observation/wrist_im
 
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -71,6 +73,25 @@ POLICIES: Registry[BasePolicy] = Registry("policy")
 # ===================================================================== declared spec, checked before the first episode
 
 GRIPPER_CONVENTIONS = ("positive_closes", "positive_opens")
+# How many runner processes share this host, set by the local backend in each runner's environment: a policy
+# that computes on the CPU (a LeRobot checkpoint's torch) splits the cores among them (`cpu_threads`).
+HOST_RUNNERS_ENV = "EVALFLEET_HOST_RUNNERS"
+
+
+def cpu_threads() -> int:
+    """The CPU threads one runner's policy should use: the cores this process may run on, divided among the runners
+    on this host (HOST_RUNNERS_ENV; 1 when unset: a Ray or Slurm task already has only its own cores)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    try:
+        runners = max(1, int(os.environ.get(HOST_RUNNERS_ENV, "1")))
+    except ValueError:
+        runners = 1
+    return max(1, cores // runners)
+
+
 SPEC_KEY = "spec"  # where a policy server's metadata carries the served policy's spec (openpi, vla-eval)
 BOUNDS_TOLERANCE = 1e-6
 

@@ -1,4 +1,4 @@
-"""Built-in policies: the Meta-World scripted experts, `random` and `zero`."""
+"""Built-in policies: the Meta-World scripted experts, the Push-T planner, `random` and `zero`."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from evalfleet.errors import UserError
 from evalfleet.policies.base import POLICIES, BasePolicy, PolicyContext
 
 
@@ -94,6 +95,47 @@ class MetaworldExpertPolicy(BasePolicy):
         return np.stack(chunk)
 
 
+class PushTExpertOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    max_step: float = Field(default=30.0, gt=0, le=512,
+                            description="px: how far from the agent an action may be (its speed)")
+
+
+def check_pusht_environment(env_type: str, options: dict[str, Any]) -> None:
+    """What `pusht_expert` needs of its Run (checked when the Experiment loads): Push-T, the T's pose in the
+    observation (obs_type state or environment_state_agent_pos) and native actions (target pixels)."""
+    if env_type != "pusht":
+        raise UserError(f"pusht_expert plays Push-T; this Run's environment is {env_type!r}: use "
+                        "`environment: {type: pusht}`", key="environment.type")
+    obs_type = options.get("obs_type", "state")
+    if obs_type not in ("state", "environment_state_agent_pos"):
+        raise UserError(f"pusht_expert reads the T's pose, which obs_type {obs_type!r} does not give: use obs_type "
+                        "state or environment_state_agent_pos", key="environment.obs_type")
+    if options.get("actions", "native") != "native":
+        raise UserError("pusht_expert gives target pixels: use the Push-T environment's `actions: native`",
+                        key="environment.actions")
+
+
+class PushTExpertPolicy(BasePolicy):
+    """Push-T's scripted planner (policies/pusht_planner.py) on `obs_type: state` (the T's pose in the state) or
+    `environment_state_agent_pos` (its pose from the keypoints); actions are native (target pixels)."""
+
+    def __init__(self, options: PushTExpertOptions, context: PolicyContext):
+        from evalfleet.policies.pusht_planner import PushTPlanner
+
+        check_pusht_environment(context.env_type, context.env_options)
+        self.planner = PushTPlanner(max_step=options.max_step)
+
+    def act(self, observation: dict[str, Any], env_id: int = 0) -> np.ndarray:
+        from evalfleet.policies.pusht_planner import pose_from_keypoints
+
+        state = np.asarray(observation["observation/state"], dtype=np.float64)
+        if "observation/environment_state" in observation:
+            xy, angle = pose_from_keypoints(observation["observation/environment_state"])
+            return self.planner.target(state[:2], xy, angle).astype(np.float32)
+        return self.planner.target(state[:2], state[2:4], float(state[4])).astype(np.float32)
+
+
 POLICIES.register("zero", options=ChunkOptions, summary="all-zero actions (a do-nothing baseline)")(
     lambda options, context: ZeroPolicy(_validated(ChunkOptions, options), context)
 )
@@ -103,4 +145,8 @@ POLICIES.register("random", options=ChunkOptions, summary="uniform random action
 POLICIES.register("metaworld_expert", options=ExpertOptions,
                   summary="Meta-World's scripted expert for the Run's task (chunk_size: its action chunks)")(
     lambda options, context: MetaworldExpertPolicy(_validated(ExpertOptions, options), context)
+)
+POLICIES.register("pusht_expert", options=PushTExpertOptions, info={"check_environment": check_pusht_environment},
+                  summary="a scripted Push-T planner (obs_type state or environment_state_agent_pos; ~98% success)")(
+    lambda options, context: PushTExpertPolicy(_validated(PushTExpertOptions, options), context)
 )

@@ -9,7 +9,8 @@ spec and observation mapping below read the checkpoint's `config.json` as plain 
 How evalfleet's observation maps in, decided by the checkpoint's `input_features`:
 * `observation.images.<camera>` ← `observation/images/<camera>`; `observation.image` ← the environment's
   first camera (`observation/image`); `cameras: {<lerobot key>: <camera>}` overrides either;
-* `observation.state` (and `observation.environment_state`) ← `observation/state`;
+* `observation.state` ← `observation/state`; `observation.environment_state` ← `observation/environment_state`
+  where the environment gives one (Push-T's keypoints), else `observation/state`;
 * `task` ← `prompt`, the instruction.
 Images become float CHW in [0, 1] and the checkpoint's own processor pipeline (normalisation) runs, as in
 `lerobot-eval`. Actions leave through its postprocessor (unnormalised, in the environment's units).
@@ -27,17 +28,18 @@ import copy
 import hashlib
 import importlib.util
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from evalfleet.errors import UserError
-from evalfleet.policies.base import POLICIES, BasePolicy, PolicyContext, PolicySpec
+from evalfleet.policies.base import POLICIES, BasePolicy, PolicyContext, PolicySpec, cpu_threads
 from evalfleet.policies.lerobot_config import CONFIG_FILE, read_config
 WEIGHTS_FILE = "model.safetensors"
 IMAGE_KEY, IMAGES_PREFIX = "observation.image", "observation.images."
 STATE_KEYS = ("observation.state", "observation.environment_state")
+STATE, ENVIRONMENT_STATE = "observation/state", "observation/environment_state"  # evalfleet's keys
 
 
 class LerobotLocalOptions(BaseModel):
@@ -45,6 +47,16 @@ class LerobotLocalOptions(BaseModel):
     path: str = Field(description="a LeRobot save_pretrained folder (config.json, model.safetensors, processors)")
     device: str = Field("cpu", pattern=r"^(cpu|cuda(:\d+)?|mps|auto)$")
     cameras: dict[str, str] = Field(default_factory=dict, description="LeRobot image key -> evalfleet camera")
+    threads: int | Literal["auto"] = Field(
+        "auto", description="torch's CPU threads; auto: this host's cores divided among its runners (with more "
+                            "threads than cores, small models run several times slower)")
+
+    @field_validator("threads")
+    @classmethod
+    def _positive(cls, value: int | str) -> int | str:
+        if value != "auto" and not 1 <= int(value) <= 1024:
+            raise ValueError("threads must be auto or a whole number from 1 to 1024")
+        return value
 
 
 def _first_camera(context: PolicyContext | None) -> str | None:
@@ -134,6 +146,8 @@ class LerobotLocalPolicy(BasePolicy):
         device = options.device
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device == "cpu":
+            torch.set_num_threads(cpu_threads() if options.threads == "auto" else int(options.threads))
         config = PreTrainedConfig.from_pretrained(self.path)
         config.device = device
         self.policy = get_policy_class(config.type).from_pretrained(self.path, config=config)
@@ -181,7 +195,8 @@ class LerobotLocalPolicy(BasePolicy):
             frame[key] = tensor.unsqueeze(0)
         for key in STATE_KEYS:
             if key in self.config_json["input_features"]:
-                state = np.asarray(observation["observation/state"], dtype=np.float32).reshape(-1)
+                source = ENVIRONMENT_STATE if key == STATE_KEYS[1] and ENVIRONMENT_STATE in observation else STATE
+                state = np.asarray(observation[source], dtype=np.float32).reshape(-1)
                 frame[key] = torch.from_numpy(state).unsqueeze(0)
         frame["task"] = [str(observation.get("prompt", ""))]
         return frame

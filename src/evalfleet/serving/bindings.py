@@ -338,6 +338,8 @@ def _lerobot_serve(options: dict[str, Any]) -> dict[str, Any]:
              "device": options.get("device", "cpu")}
     if options.get("cameras"):
         serve["cameras"] = dict(options["cameras"])
+    if options.get("threads") not in (None, "auto"):
+        serve["threads"] = options["threads"]
     python = options.get("python") or str(lerobot_venv())
     return {**options, "serve": serve, "python": None if python == IN_THIS_PYTHON else python}
 

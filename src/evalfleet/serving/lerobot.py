@@ -12,11 +12,12 @@ checkpoint's features as its spec, and its provenance (config and weights hashes
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from evalfleet.policies.base import POLICIES, PolicyContext, PolicySpec
+from evalfleet.policies.lerobot_local import LerobotLocalOptions
 from evalfleet.serving.common import validate_options
 from evalfleet.serving.openpi import OpenpiRemoteOptions, OpenpiRemotePolicy
 
@@ -25,6 +26,10 @@ class LerobotOptions(OpenpiRemoteOptions):
     path: str = Field(description="a LeRobot save_pretrained folder")
     device: str = Field("cpu", pattern=r"^(cpu|cuda(:\d+)?|mps|auto)$")
     cameras: dict[str, str] = Field(default_factory=dict, description="LeRobot image key -> evalfleet camera")
+    threads: int | Literal["auto"] = Field("auto", description="the server's torch CPU threads (auto: every core it "
+                                                               "may use)")
+
+    _positive_threads = field_validator("threads")(LerobotLocalOptions._positive.__func__)
 
 
 class LerobotRemotePolicy(OpenpiRemotePolicy):
@@ -34,7 +39,7 @@ class LerobotRemotePolicy(OpenpiRemotePolicy):
 
 
 def _spec(options: Any, context: PolicyContext | None) -> PolicySpec | None:
-    from evalfleet.policies.lerobot_local import LerobotLocalOptions, _spec_of
+    from evalfleet.policies.lerobot_local import _spec_of
 
     opts = validate_options(LerobotOptions, options)
     return _spec_of(LerobotLocalOptions(path=opts.path, device=opts.device, cameras=opts.cameras), context)

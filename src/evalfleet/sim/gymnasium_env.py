@@ -3,11 +3,12 @@
 It maps Gymnasium's `reset(seed=)`/`step()` 5-tuple onto `reset(seed, variations)`/`StepResult` and the
 observation into the common vocabulary (DESIGN.md "Observations"): every image (uint8 H×W×C) becomes
 `observation/images/<camera>` (the first one also `observation/image`), every other array is
-flattened, in the observation's own key order, into one float64 `observation/state`, and `prompt` is
-the instruction. Actions are the space's own (`native`, clipped to its bounds) or `normalized`:
-[-1, 1] per dimension mapped linearly onto the bounds, so the built-in `random`/`zero` policies make
-sense on any Box. Determinism is the environment's: on its first reset the adapter resets twice with
-the same seed and warns once when the two first observations differ.
+flattened, in the observation's own key order, into one float64 `observation/state` (but for the key named
+`environment_state=`, which becomes `observation/environment_state`: LeRobot's `observation.environment_state`,
+e.g. Push-T's keypoints), and `prompt` is the instruction. Actions are the space's own (`native`, clipped to
+its bounds) or `normalized`: [-1, 1] per dimension mapped linearly onto the bounds, so the built-in
+`random`/`zero` policies make sense on any Box. Determinism is the environment's: on its first reset the
+adapter resets twice with the same seed and warns once when the two first observations differ.
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ class GymnasiumAdapter(EnvironmentBase):
         camera_names: dict[str, str] | None = None,
         render_camera: str | None = None,
         failure: Callable[["GymnasiumAdapter"], str | None] | None = None,
+        environment_state: str | None = None,
     ):
         self.name = name  # for messages: the Gymnasium id
         self.env = make_env()
@@ -97,6 +99,7 @@ class GymnasiumAdapter(EnvironmentBase):
         self.actions = actions
         self.camera_names = camera_names or {}
         self.render_camera = render_camera  # a camera filled from env.render() (render_mode rgb_array)
+        self.environment_state = environment_state  # the observation key kept apart as the environment state
         # The task failure code of an episode that ended without success (`failure_code`), from this adapter's
         # `first_info`/`last_info`/`terminated`; None: nothing finer than the step limit.
         self._failure = failure
@@ -180,22 +183,29 @@ class GymnasiumAdapter(EnvironmentBase):
     def _observation(self, obs: Any) -> dict[str, Any]:
         images: dict[str, np.ndarray] = {}
         state: list[np.ndarray] = []
+        environment: list[np.ndarray] = []
         for key, value in flatten_items(obs):
             if is_image(value):
                 images[self.camera_names.get(key, key or "pixels")] = value  # a bare image: "pixels"
             else:
-                state.append(np.asarray(value, dtype=np.float64).reshape(-1))
-        vector = np.concatenate(state) if state else np.zeros(0)
-        if self._obs_noise > 0 and vector.size:
-            vector = vector + self._obs_rng.normal(0.0, self._obs_noise, size=vector.shape)
+                vector = np.asarray(value, dtype=np.float64).reshape(-1)
+                (environment if key == self.environment_state else state).append(vector)
+        out: dict[str, Any] = {"observation/state": self._noisy(np.concatenate(state) if state else np.zeros(0)),
+                               "prompt": self.instruction}
+        if environment:
+            out["observation/environment_state"] = self._noisy(np.concatenate(environment))
         if self.render_camera is not None:
             images[self.render_camera] = np.asarray(self.env.render(), dtype=np.uint8)
-        out: dict[str, Any] = {"observation/state": vector, "prompt": self.instruction}
         for i, (camera, image) in enumerate(images.items()):
             out[f"observation/images/{camera}"] = image
             if i == 0:
                 out["observation/image"] = image
         return out
+
+    def _noisy(self, vector: np.ndarray) -> np.ndarray:
+        if self._obs_noise > 0 and vector.size:
+            return vector + self._obs_rng.normal(0.0, self._obs_noise, size=vector.shape)
+        return vector
 
     def render(self, camera: str, height: int | None = None, width: int | None = None) -> np.ndarray:
         """The environment's rgb_array frame (video recording), resized (nearest) when asked."""

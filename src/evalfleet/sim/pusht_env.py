@@ -41,4 +41,5 @@ def make_pusht_env(opts: PushTOptions) -> GymnasiumAdapter:
         make, name="pusht", success=SuccessRule(info_key="is_success"), instruction=opts.instruction,
         max_steps=opts.max_steps, actions=opts.actions, camera_names={"": "top", "pixels": "top"},
         render_camera="render" if opts.render else None, failure=pusht_failure,
+        environment_state="environment_state",
     )

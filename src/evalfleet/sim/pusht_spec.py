@@ -1,7 +1,11 @@
 """Registration of the `pusht` environment type: gym-pusht's Push-T (pymunk physics, pygame drawing, no GL).
 
-    environment: {type: pusht, obs_type: state | pixels | pixels_agent_pos, max_steps: 300,
-                  actions: native | normalized, image_size: 96, render: false}
+    environment: {type: pusht, obs_type: state | environment_state_agent_pos | pixels | pixels_agent_pos,
+                  max_steps: 300, actions: native | normalized, image_size: 96, render: false}
+
+`state` is gym-pusht's 5 values (agent x, y, block x, y, angle); `environment_state_agent_pos` is LeRobot's
+keypoint observation: `observation/state` the agent's position, `observation/environment_state` the T's 8
+keypoints (16 values), which a LeRobot checkpoint reads as `observation.state` / `observation.environment_state`.
 
 Seeded by `reset(seed=)` (deterministic); success is `info["is_success"]` (the block covers > 95 % of
 the target). Actions are the agent's target position in pixels, 0..512 per axis (`native`), or
@@ -36,7 +40,7 @@ LOW_COVERAGE_CODE = FailureCode("low_coverage", f"the block was pushed but ended
 
 
 class PushTOptions(EnvironmentOptions):
-    obs_type: Literal["state", "pixels", "pixels_agent_pos"] = "state"
+    obs_type: Literal["state", "environment_state_agent_pos", "pixels", "pixels_agent_pos"] = "state"
     max_steps: Int = max_steps_field(MAX_STEPS)
     actions: Actions = "native"
     image_size: Int = Field(default=96, ge=8, le=1024, description="side of the `top` camera image (pixels obs)")
@@ -51,7 +55,8 @@ class PushTOptions(EnvironmentOptions):
 VARIATIONS = variation_table(
     action_noise("std of Gaussian noise added to every action, in units of half the action range (0.1 = 25.6 px)",
                  0.2),
-    observation_noise("std of Gaussian noise (pixels; radians for the block angle) added to the state vector", 5.0),
+    observation_noise("std of Gaussian noise (pixels; radians for the block angle) added to the state vector "
+                      "and the keypoints", 5.0),
 )
 
 
