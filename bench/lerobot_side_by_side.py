@@ -76,15 +76,9 @@ def build_checkpoint() -> Path:
 
 def condition_set(path: Path, seeds: list[int]) -> None:
     """A condition set replaying exactly `seeds`, in order (experiment/conditions.py's format)."""
-    from evalfleet.experiment.conditions import FORMAT, INITIAL_STATE_RULE, VERSION, content_hash
+    from evalfleet.experiment.condition_export import seeds_document
 
-    doc: dict[str, Any] = {"format": FORMAT, "version": VERSION, "experiment": "lerobot-eval seeds", "seed": seeds[0],
-                           "tasks": {"pusht": {"environment_type": "pusht", "initial_state": INITIAL_STATE_RULE,
-                                               "runs": [RUN], "conditions": [
-                                                   {"seed": s, "initial_state": i, "variations": {}}
-                                                   for i, s in enumerate(seeds)]}}}
-    doc["sha256"] = content_hash(doc)
-    path.write_text(json.dumps(doc))
+    path.write_text(json.dumps(seeds_document("pusht", "pusht", seeds, runs=[RUN], experiment="lerobot-eval seeds")))
 
 
 def experiment(path: Path, policy: dict[str, Any], episodes: int, num_envs: int, seeds: list[int] | None) -> Path:

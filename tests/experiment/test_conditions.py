@@ -235,3 +235,15 @@ def test_cli_export_refuses_to_overwrite_and_writes_nothing_on_error(tmp_path):
     assert done.returncode == 2 and "--run" in done.stderr and not (tmp_path / "new.json").exists()
     done = run_evalfleet("conditions", "export", str(source), "--output", str(target), "--force")
     assert done.returncode == 0 and json.loads(target.read_text())["tasks"]["pusht"]["conditions"]
+
+
+def test_a_set_of_given_seeds_replays_exactly_those_seeds_in_order(tmp_path):
+    """`seeds_document`: another tool's seeds (lerobot-eval --seed=7 plays 7, 8, ...) as a set a Run replays."""
+    from evalfleet.experiment.condition_export import seeds_document
+
+    (tmp_path / "seeds.json").write_text(json.dumps(seeds_document("pusht", "pusht", range(7, 12), runs=["r"])))
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump({"name": "replay", "seed": 99, "runs": {"r": {
+        "environment": {"type": "pusht"}, "policy": {"type": "random"}, "conditions": "seeds.json",
+        "rollout_limit": {"num_episodes": 5}}}}))
+    plan = make_plan(load_experiment(tmp_path / "exp.yaml"))
+    assert [e.seed for e in plan.runs["r"].episodes()] == [7, 8, 9, 10, 11]

@@ -32,14 +32,10 @@ def trained_pusht(lerobot_py) -> Path:
 
 
 def _condition_set(path: Path) -> None:
-    from evalfleet.experiment.conditions import FORMAT, INITIAL_STATE_RULE, VERSION, content_hash
+    from evalfleet.experiment.condition_export import seeds_document
 
-    doc = {"format": FORMAT, "version": VERSION, "experiment": "lerobot-eval --seed=0", "seed": 0,
-           "tasks": {"pusht": {"environment_type": "pusht", "initial_state": INITIAL_STATE_RULE, "runs": ["act"],
-                               "conditions": [{"seed": s, "initial_state": s, "variations": {}}
-                                              for s in range(EPISODES)]}}}
-    doc["sha256"] = content_hash(doc)
-    path.write_text(json.dumps(doc))
+    path.write_text(json.dumps(seeds_document("pusht", "pusht", range(EPISODES), runs=["act"],
+                                              experiment="lerobot-eval --seed=0")))
 
 
 def _evalfleet(python: str, tmp_path: Path, name: str, policy: dict) -> dict[int, bool]:

@@ -30,6 +30,7 @@ from evalfleet.layout import RUN_TIMINGS_FILE, internal_dir, run_status_path
 from evalfleet.outputs.finalize import finalize, preload
 from evalfleet.outputs.result import ExperimentResult
 from evalfleet.outputs.tracking import check_tracking, log_to_trackers
+from evalfleet.rollout.records import DECISION_FIELDS
 from evalfleet.rollout.runner import is_decided, latest_records
 from evalfleet.rollout.timings import PhaseTimings
 from evalfleet.secrets import exported
@@ -167,7 +168,7 @@ def finish_runs(plan: Plan, out: Path, results: list[WorkerResult]) -> None:
         if refused:  # its policy does not fit its environment: no episode ran, the runner said why
             write_run_status(out, name, state="failed", reason=refused)
             continue
-        records = latest_records(out, name, rp.num_episodes)
+        records = latest_records(out, name, rp.num_episodes, keep=DECISION_FIELDS)  # not every record whole
         planned = stopped[name][0] if name in stopped else rp.num_episodes
         if planned is None:
             missing = 0 if records else 1

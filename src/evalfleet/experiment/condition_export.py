@@ -46,3 +46,17 @@ def export_conditions(loaded: LoadedExperiment, runs: Iterable[str] | None = Non
                            "tasks": tasks}
     doc["sha256"] = content_hash(doc)
     return doc
+
+
+def seeds_document(task: str, environment_type: str, seeds: Iterable[int], *, runs: Iterable[str] = (),
+                   experiment: str = "seeds") -> dict[str, Any]:
+    """A condition set replaying exactly `seeds`, in order, on one task with no variations: e.g. the seeds another
+    tool plays (`lerobot-eval --seed=S` plays S, S+1, ...), so evalfleet's episodes are that tool's."""
+    seeds = [int(seed) for seed in seeds]
+    conditions = [{"seed": seed, "initial_state": i, "variations": {}} for i, seed in enumerate(seeds)]
+    doc: dict[str, Any] = {"format": FORMAT, "version": VERSION, "experiment": experiment,
+                           "seed": seeds[0] if seeds else 0,
+                           "tasks": {task: {"environment_type": environment_type, "initial_state": INITIAL_STATE_RULE,
+                                            "runs": list(runs), "conditions": conditions}}}
+    doc["sha256"] = content_hash(doc)
+    return doc

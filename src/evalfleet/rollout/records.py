@@ -11,7 +11,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Iterable, Iterator
+from typing import IO, Any, Callable, Iterable, Iterator
 
 from evalfleet.rollout.run_folder import parse_record_lines
 
@@ -257,6 +257,18 @@ class RunRecords:
             self.add(rec, None, source)
         return self
 
+    def get(self, episode: int) -> dict[str, Any] | None:
+        """The record that counts for this episode so far, or None."""
+        best = self._best.get(episode)
+        return None if best is None else best[1]
+
+    def __len__(self) -> int:
+        return len(self._best)
+
+    def winners(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        """(episode, the record that counts), in no particular order (`by_episode` sorts)."""
+        return ((ep, best[1]) for ep, best in self._best.items())
+
     @property
     def by_episode(self) -> dict[int, dict[str, Any]]:
         return {ep: self._best[ep][1] for ep in sorted(self._best)}
@@ -281,3 +293,37 @@ def read_run_records(scope: RunScope, paths: Iterable[str | os.PathLike[str]],
     for path in paths:
         merged.extend(iter_record_dicts(path), source=str(path))
     return merged
+
+
+class RunRecordsTail:
+    """A Run's counted records kept up to date from its log files, each read on from where the last read stopped
+    (whole lines only): a worker asks before every shard which episodes are decided, and parsing every log whole each
+    time made the work per shard grow with the Run (quadratic in its episodes; issue #29). A file that was replaced
+    or shrank is read again from its start (what it repeats loses to or ties with what was read: no change).
+    `paths()` lists the logs in read order at each refresh, so part files that appear later are read too."""
+
+    def __init__(self, scope: RunScope, paths: Callable[[], Iterable[str | os.PathLike[str]]],
+                 keep: Iterable[str] | None = None):
+        self.records = RunRecords(scope, keep)
+        self._paths = paths
+        self._read: dict[str, tuple[int, int]] = {}  # path -> (inode, bytes read: up to a line's end)
+
+    def refresh(self) -> RunRecords:
+        for path in self._paths():
+            key = os.fspath(path)
+            try:
+                st = os.stat(key)
+            except FileNotFoundError:
+                continue
+            inode, done = self._read.get(key, (st.st_ino, 0))
+            if inode != st.st_ino or st.st_size < done:
+                inode, done = st.st_ino, 0
+            if st.st_size > done:
+                with open(key, "rb") as f:
+                    f.seek(done)
+                    data = f.read(st.st_size - done)
+                end = data.rfind(b"\n") + 1  # a torn last line waits for its end
+                self.records.extend(record_dicts(data[:end]), source=key)
+                done += end
+            self._read[key] = (inode, done)
+        return self.records

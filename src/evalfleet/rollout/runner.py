@@ -37,7 +37,8 @@ from evalfleet.rollout.failures import (check_records_protocol, describe_error, 
 from evalfleet.rollout.heartbeat import HeartbeatWriter
 from evalfleet.rollout.latency import LatencyModel, enqueue
 from evalfleet.rollout.inflight import InFlight, runner_in_flight
-from evalfleet.rollout.records import DECISION_FIELDS, EpisodeRecord, RecordWriter, RunScope, read_run_records
+from evalfleet.rollout.records import (DECISION_FIELDS, EpisodeRecord, RecordWriter, RunRecordsTail, RunScope,
+                                      read_run_records)
 from evalfleet.rollout.timings import PhaseTimings, worker_name
 from evalfleet.rollout.video import EpisodeVideo, should_record
 from evalfleet.sim.base import with_defaults
@@ -150,22 +151,28 @@ class ShardRunner:
         self.timings = PhaseTimings()  # aggregated in memory, written once per shard (rollout/timings.py)
         self._built_at: float | None = None  # perf_counter when the envs were built, until the first record
         self.latency = LatencyModel.of_run(plan.name, plan.run)  # None: the world waits for the policy (sync)
+        # What decides this Run's episodes, read on from the logs before each shard (only the new lines).
+        self._decisions = RunRecordsTail(RunScope(plan.name, plan.num_episodes),
+                                         lambda: run_log_files(self.out_dir, plan.name), keep=DECISION_FIELDS)
 
     # -- what to run ---------------------------------------------------------------------------
     def _pending(self, shard: Shard) -> collections.deque:
         """(episode, attempt) of every episode of the shard that is not decided yet."""
-        done = latest_records(self.out_dir, self.plan.name, self.plan.num_episodes, keep=DECISION_FIELDS)
-        max_attempts = self.run.max_attempts
-        attempts = {ep: int(rec.get("attempt", 1)) for ep, rec in done.items()}
         if shard.stop is None:
             return collections.deque()
-        todo = [i for i in shard.indices() if i not in done or not is_decided(done[i], max_attempts)]
-        return collections.deque((i, attempts.get(i, 0) + 1) for i in todo)
+        done, max_attempts, todo = self._decisions.refresh(), self.run.max_attempts, collections.deque()
+        for i in shard.indices():
+            rec = done.get(i)
+            if rec is None:
+                todo.append((i, 1))
+            elif not is_decided(rec, max_attempts):
+                todo.append((i, int(rec.get("attempt", 1)) + 1))
+        return todo
 
     def _budget_steps_done(self) -> tuple[int, int]:
-        done = latest_records(self.out_dir, self.plan.name, self.plan.num_episodes, keep=DECISION_FIELDS)
-        steps = sum(int(r.get("episode_length", 0)) for r in done.values() if r.get("status") != "error")
-        return steps, (max(done) + 1 if done else 0)
+        done = self._decisions.refresh()
+        steps = sum(int(r.get("episode_length", 0)) for _, r in done.winners() if r.get("status") != "error")
+        return steps, (max(ep for ep, _ in done.winners()) + 1 if len(done) else 0)
 
     # -- running -------------------------------------------------------------------------------
     def _ensure_instances(self, n: int) -> None:
