@@ -163,10 +163,8 @@ class ShardRunner:
         done, max_attempts, todo = self._decisions.refresh(), self.run.max_attempts, collections.deque()
         for i in shard.indices():
             rec = done.get(i)
-            if rec is None:
-                todo.append((i, 1))
-            elif not is_decided(rec, max_attempts):
-                todo.append((i, int(rec.get("attempt", 1)) + 1))
+            if rec is None or not is_decided(rec, max_attempts):
+                todo.append((i, 1 if rec is None else int(rec.get("attempt", 1)) + 1))
         return todo
 
     def _budget_steps_done(self) -> tuple[int, int]:
@@ -412,11 +410,8 @@ class ShardRunner:
 def build_shard_runner(plan: RunPlan, out_dir: str | Path, **kwargs: Any) -> ShardRunner:
     """A runner whose env and policy come from the registries."""
     from evalfleet.plugins import load_registries
-    from evalfleet.policies.base import POLICIES, PolicyContext
-    from evalfleet.sim.base import ENVIRONMENTS
-
-    from evalfleet.policies.base import check_spec, policy_spec
-    from evalfleet.sim.base import environment_spec
+    from evalfleet.policies.base import POLICIES, PolicyContext, check_spec, policy_spec
+    from evalfleet.sim.base import ENVIRONMENTS, environment_spec
 
     load_registries()
     run = plan.run
