@@ -217,6 +217,9 @@ class SetAside:
         return f"{self.total} records set aside ({', '.join(parts)})" + (f" in {where}" if where else "")
 
 
+_ABSENT = object()  # a kept field the record did not have
+
+
 class RunRecords:
     """The records that count for one Run: at most one per planned episode.
 
@@ -232,7 +235,8 @@ class RunRecords:
         # RSS grew ~2.5 KB per record of the Run).
         self.keep = None if keep is None else tuple(keep)
         self.set_aside = SetAside()
-        self._best: dict[int, tuple[tuple[int, float, int], dict[str, Any], str | None]] = {}
+        # episode -> (precedence, the record (with `keep`: its kept values, a tuple: a third of a dict's size), line)
+        self._best: dict[int, tuple[tuple[int, float, int], Any, str | None]] = {}
         self._seq = 0
 
     def add(self, rec: dict[str, Any], line: str | None = None, source: str = "") -> None:
@@ -246,9 +250,8 @@ class RunRecords:
         key = (*precedence(rec), self._seq)
         current = self._best.get(ep)
         if current is None or key > current[0]:
-            if self.keep is not None:
-                rec = {k: rec[k] for k in self.keep if k in rec}
-            self._best[ep] = (key, rec, line)
+            kept = rec if self.keep is None else tuple(rec.get(k, _ABSENT) for k in self.keep)
+            self._best[ep] = (key, kept, line)
         elif key[:2] < current[0][:2]:
             self.set_aside.count("stale", source)
 
@@ -257,25 +260,30 @@ class RunRecords:
             self.add(rec, None, source)
         return self
 
+    def _record(self, kept: Any) -> dict[str, Any]:
+        if self.keep is None:
+            return kept
+        return {k: v for k, v in zip(self.keep, kept) if v is not _ABSENT}
+
     def get(self, episode: int) -> dict[str, Any] | None:
         """The record that counts for this episode so far, or None."""
         best = self._best.get(episode)
-        return None if best is None else best[1]
+        return None if best is None else self._record(best[1])
 
     def __len__(self) -> int:
         return len(self._best)
 
     def winners(self) -> Iterator[tuple[int, dict[str, Any]]]:
         """(episode, the record that counts), in no particular order (`by_episode` sorts)."""
-        return ((ep, best[1]) for ep, best in self._best.items())
+        return ((ep, self._record(best[1])) for ep, best in self._best.items())
 
     @property
     def by_episode(self) -> dict[int, dict[str, Any]]:
-        return {ep: self._best[ep][1] for ep in sorted(self._best)}
+        return {ep: self._record(self._best[ep][1]) for ep in sorted(self._best)}
 
     @property
     def records(self) -> list[dict[str, Any]]:
-        return [self._best[ep][1] for ep in sorted(self._best)]
+        return [self._record(self._best[ep][1]) for ep in sorted(self._best)]
 
     @property
     def lines(self) -> list[str | None]:
