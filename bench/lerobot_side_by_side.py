@@ -13,9 +13,10 @@ Sides (each timed wall to wall, process start to exit):
 * `lerobot_eval_batched`: `lerobot-eval --eval.batch_size=8 --eval.use_async_envs=false`, its fastest setting
   measured on 2 cores (a vector env of 8 steps every env until the last is done; async is slower here).
 * `evalfleet`: evalfleet at its best for a LeRobot checkpoint: `evalfleet run` from LeRobot's venv with the
-  checkpoint in each runner (`type: lerobot_local`, torch threads split among the runners), `--workers`
-  runners of `--num-envs` lockstepped envs each, one forward pass per runner per step. In same_seeds its
-  envs run one at a time (`num_envs: 1`: a forward pass on one observation, like lerobot-eval's batch of 1).
+  checkpoint in each runner (`type: lerobot_local`, torch's threads split among the runners), `--workers`
+  runners of `--num-envs` lockstepped envs each, one forward pass per runner per step for all its envs.
+* `evalfleet_unbatched` (same_seeds only, unless named in `--sides`): the same with one env per runner, so every
+  forward pass sees one observation, as lerobot-eval's does with its batch of 1.
 * `evalfleet_served`: evalfleet's usual path, from its own environment: `type: lerobot`, the checkpoint served
   over openpi from LeRobot's venv, `--workers` runners of `--num-envs` envs, the server batching up to 16.
 
@@ -23,10 +24,11 @@ Modes:
 * same_seeds: every side plays seeds S..S+n-1, lerobot-eval's numbering for `--seed=S` (each batch of its
   vector env takes the next seeds); evalfleet replays exactly those through a condition set
   (`runs.<run>.conditions`). Per-episode success is compared seed by seed against `lerobot_eval`, and each
-  side's success rate is given with its Wilson interval. A policy's forward pass on a batch of observations
-  differs from its pass on each alone in the last bits (the matrix products sum in another order), and
-  Push-T's contacts grow such a difference into another episode: sides that batch may disagree where sides
-  that do not agree exactly; each disagreement lists what the unbatched evalfleet side got on that seed.
+  side's success rate is given with its Wilson interval. A forward pass on a batch of observations differs from
+  one on each alone in the last bits (the matrix products take another path and sum in another order), and
+  Push-T's contacts grow such a difference into another episode now and then: sides that batch may disagree
+  where the unbatched ones agree, so each disagreement lists what `evalfleet_unbatched` and
+  `lerobot_eval_batched` got on that seed.
 * best: each side on its own seeds (lerobot-eval's default `--seed` 1000, evalfleet's plan).
 
 Each measurement is repeated `--repeats` times, the order of the sides rotated each round: median and spread of
@@ -56,8 +58,8 @@ RUN = "pusht_act"
 FIRST_SEED = 0  # same_seeds: lerobot-eval's --seed, evalfleet's first replayed seed
 LEROBOT_DEFAULT_SEED = 1000  # lerobot-eval's own --seed default
 SERVER_BATCH = 16
-SIDES = ("lerobot_eval", "lerobot_eval_batched", "evalfleet", "evalfleet_served")
-BATCHED = {"lerobot_eval_batched", "evalfleet_served"}  # sides whose forward passes take several observations
+SIDES = ("lerobot_eval", "lerobot_eval_batched", "evalfleet", "evalfleet_unbatched", "evalfleet_served")
+BATCHED = {"lerobot_eval_batched", "evalfleet", "evalfleet_served"}  # forward passes on several observations
 
 
 def _env() -> dict[str, str]:
@@ -137,8 +139,9 @@ def sides(mode: str, episodes: int, folder: Path, venv_python: str, ckpt: Path,
           args: argparse.Namespace) -> dict[str, Callable[[], dict[str, Any]]]:
     seeds = list(range(FIRST_SEED, FIRST_SEED + episodes)) if mode == "same_seeds" else None
     lerobot_seed = FIRST_SEED if seeds else None
-    in_venv = experiment(_folder(folder, "evalfleet") / "exp.yaml", {"type": "lerobot_local", "path": str(ckpt)},
-                         episodes, 1 if seeds else args.num_envs, seeds)
+    local = {"type": "lerobot_local", "path": str(ckpt)}
+    in_venv = experiment(_folder(folder, "evalfleet") / "exp.yaml", local, episodes, args.num_envs, seeds)
+    unbatched = experiment(_folder(folder, "evalfleet_unbatched") / "exp.yaml", local, episodes, 1, seeds)
     batching = {"max_batch": SERVER_BATCH, "max_wait_ms": 2}
     served = experiment(_folder(folder, "evalfleet_served") / "exp.yaml",
                         {"type": "lerobot", "path": str(ckpt), "batching": batching}, episodes, args.num_envs, seeds)
@@ -154,9 +157,11 @@ def sides(mode: str, episodes: int, folder: Path, venv_python: str, ckpt: Path,
             venv_python, ckpt, episodes, out("lerobot_eval_batched"), lerobot_seed,
             ["--eval.batch_size=8", "--eval.use_async_envs=false"]),
         "evalfleet": lambda: run_evalfleet(venv_python, in_venv, out("evalfleet"), args.workers),
+        "evalfleet_unbatched": lambda: run_evalfleet(venv_python, unbatched, out("evalfleet_unbatched"), args.workers),
         "evalfleet_served": lambda: run_evalfleet(sys.executable, served, out("evalfleet_served"), args.workers),
     }
-    return {side: measures[side] for side in args.sides.split(",")}
+    chosen = args.sides.split(",") if args.sides else [s for s in SIDES if seeds or s != "evalfleet_unbatched"]
+    return {side: measures[side] for side in chosen}
 
 
 def _folder(parent: Path, name: str) -> Path:
@@ -179,11 +184,12 @@ def compare(mode: str, episodes: int, venv_python: str, ckpt: Path, tmp: Path,
             figures[side]["episodes_per_s_from_eval_s"] = spread([episodes / r["eval_s"] for r in rounds])
     figures["speedup_wall_to_wall"] = {
         f"{ours}_vs_{theirs}": spread(ratios(per_s[ours], per_s[theirs]), 2)
-        for ours in ("evalfleet", "evalfleet_served") if ours in per_s
+        for ours in ("evalfleet", "evalfleet_unbatched", "evalfleet_served") if ours in per_s
         for theirs in ("lerobot_eval", "lerobot_eval_batched") if theirs in per_s}
     if mode == "same_seeds" and "lerobot_eval" in results:
         reference = results["lerobot_eval"][0]["success"]
-        unbatched = results["evalfleet"][0]["success"] if "evalfleet" in results else {}
+        hints = {side: results[side][0]["success"] for side in ("evalfleet_unbatched", "lerobot_eval_batched")
+                 if side in results}
         figures["agreement_with_lerobot_eval"] = {}
         for side in results:
             if side == "lerobot_eval":
@@ -194,7 +200,8 @@ def compare(mode: str, episodes: int, venv_python: str, ckpt: Path, tmp: Path,
                 "episodes": len(reference), "agree": len(reference) - len(differ),
                 "fraction": round((len(reference) - len(differ)) / len(reference), 4), "batched": side in BATCHED,
                 "disagreements": [{"seed": s, side: theirs.get(s), "lerobot_eval": reference[s],
-                                   "evalfleet_unbatched": unbatched.get(s)} for s in differ]}
+                                   **{hint: got.get(s) for hint, got in hints.items() if hint != side}}
+                                  for s in differ]}
     return figures
 
 
@@ -202,14 +209,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", default="50,200", help="comma-separated episode counts (default 50,200)")
     parser.add_argument("--modes", default="same_seeds,best")
-    parser.add_argument("--sides", default=",".join(SIDES))
+    parser.add_argument("--sides", default="", help=f"comma-separated, of {', '.join(SIDES)} (default: all; "
+                        "evalfleet_unbatched in same_seeds only)")
     parser.add_argument("--checkpoint", type=Path,
                         help="a LeRobot checkpoint folder (default: scripts/pusht-checkpoint.sh's)")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--num-envs", type=int, default=8, help="evalfleet's lockstepped envs per runner (best mode)")
+    parser.add_argument("--num-envs", type=int, default=8, help="lockstepped envs per runner (evalfleet, _served)")
     add_repeat_arg(parser)
     args = parser.parse_args()
-    unknown = set(args.sides.split(",")) - set(SIDES)
+    unknown = set(filter(None, args.sides.split(","))) - set(SIDES)
     if unknown:
         sys.exit(f"unknown side(s) {', '.join(sorted(unknown))}; sides: {', '.join(SIDES)}")
     from evalfleet.serving.bindings import interpreter, lerobot_venv
