@@ -12,9 +12,13 @@ the kernel's VmHWM, is the step's alone), interleaves (ABBA, --repeats rounds):
 and prints JSON: median and spread of each step's wall time and peak RSS, finalize/separate pair by pair, the
 size of index.html and of its largest episode table (report_episodes/), and the machine. `--steps` picks the
 steps (`separate` holds every record in memory through `load_records`: leave it out at a million episodes).
+`--paint N` opens the last step's index.html N times in headless Chromium (Debian's, through Playwright; a
+fresh browser context each time, from disk) and states its first contentful paint and the time until the page's
+script has drawn the summary (`body[data-ready]`), from navigation start.
 `--src DIR` runs the steps with another checkout's `src/` (the figures before a change, from `git archive`).
 
     python bench/collect.py [--episodes 100000] [--runs 40] [--repeats 3] [--steps separate,finalize,collect]
+                            [--paint 3]
 """
 
 from __future__ import annotations
@@ -129,12 +133,49 @@ def measure(step: str, template: str, work: str, src: str | None) -> dict:
     return out
 
 
+CHROMIUM = "/usr/bin/chromium"  # Debian's (scripts/install-chromium.sh)
+
+
+def paint_times(index: str, times: int) -> dict:
+    """First contentful paint and summary-drawn time of `index` in Chromium, `times` fresh contexts."""
+    from playwright.sync_api import sync_playwright
+
+    fcp, ready = [], []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            for _ in range(times):
+                context = browser.new_context(viewport={"width": 1400, "height": 1000})
+                page = context.new_page()
+                page.goto(Path(index).as_uri())
+                page.wait_for_selector("body[data-ready='1']", timeout=60_000)
+                page.wait_for_timeout(200)  # the paint entry is queued after the frame that drew it
+                got = page.evaluate("""() => {
+                    const p = performance.getEntriesByName('first-contentful-paint')[0];
+                    const mark = performance.getEntriesByName('evalfleet-ready')[0];
+                    return [p ? p.startTime : null, mark ? mark.startTime : null]; }""")
+                if got[0] is None:
+                    raise SystemExit(f"--paint: Chromium recorded no first-contentful-paint for {index}")
+                fcp.append(got[0] / 1000)
+                if got[1] is not None:
+                    ready.append(got[1] / 1000)
+                context.close()
+        finally:
+            browser.close()
+    out = {"first_contentful_paint_s": spread(fcp)}
+    if ready:
+        out["summary_drawn_s"] = spread(ready)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=40)
     parser.add_argument("--steps", default=",".join(STEPS[:2]), help="comma-separated: " + ", ".join(STEPS))
     parser.add_argument("--src", help="run the steps with this checkout's src/ folder (figures before a change)")
+    parser.add_argument("--paint", type=int, default=0, metavar="N",
+                        help="open the last step's index.html N times in Chromium: first paint (0: not)")
     parser.add_argument("--child", nargs=2, metavar=("STEP", "ROOT"), help=argparse.SUPPRESS)
     add_repeat_arg(parser)
     args = parser.parse_args()
@@ -164,6 +205,8 @@ def main() -> int:
                              "peak_rss_mb": spread([m["peak_rss_mb"] for m in got[step]], 1),
                              "index_html_bytes": got[step][0]["index_html_bytes"],
                              "largest_episode_table_bytes": got[step][0]["largest_table_bytes"]}
+        if args.paint:
+            figures["paint_" + steps[-1]] = paint_times(os.path.join(work, steps[-1], "index.html"), args.paint)
         if "separate" in got and "finalize" in got:
             figures["finalize_over_separate"] = spread(ratios([m["seconds"] for m in got["finalize"]],
                                                               [m["seconds"] for m in got["separate"]]))

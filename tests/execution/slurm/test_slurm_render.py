@@ -242,3 +242,28 @@ def test_slurm_submit_dry_run_of_a_stopping_experiment_writes_the_driver_only(tm
     assert "#SBATCH --cpus-per-task=1" in text and f"#SBATCH --output={folder}/.evalfleet/slurm/logs/driver.log" in text
     assert re.search(r"exec \S+ -\S+ -m evalfleet\.cli run --backend slurm --output \"\$OUT\" --resume", text), text
     assert "--array" not in text
+
+
+def test_the_collect_job_waits_for_the_accounting_of_an_ended_array(tmp_path: Path, monkeypatch) -> None:
+    # slurmctld hands an ended task's record to slurmdbd a moment later: a job after the array (afterany) can ask
+    # sacct before it knows task 0. A `sacct` on PATH that learns of task 0 on its third call.
+    from evalfleet.execution.slurm.commands import settled_array_states
+
+    calls = tmp_path / "calls"
+    sacct = tmp_path / "bin" / "sacct"
+    sacct.parent.mkdir()
+    sacct.write_text(f"""#!/bin/sh
+echo x >> {calls}
+echo '11_1|CANCELLED by 0|0:15|None|n1|00:00:09|00:10:00'
+[ "$(wc -l < {calls})" -ge 3 ] && echo '11_0|COMPLETED|0:0|None|n1|00:00:12|00:10:00'
+exit 0
+""")
+    sacct.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{sacct.parent}{os.pathsep}{os.environ['PATH']}")
+    states = settled_array_states("11", 2, poll_s=0.01)
+    assert len(calls.read_text().splitlines()) == 3
+    assert states["11_0"].problem() is None and states["11_1"].state == "CANCELLED"
+    # Past the lag, what sacct shows is the answer (the task never started: no record).
+    calls.write_text("")
+    states = settled_array_states("11", 3, lag_s=0.05, poll_s=0.01)
+    assert "11_2" not in states and states["11_1"].state == "CANCELLED"

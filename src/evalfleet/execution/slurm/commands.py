@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -20,6 +21,7 @@ FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NOD
 SACCT_FIELDS = "JobID,State,ExitCode,Reason,NodeList,Elapsed,Timelimit"
 # The watchdog's exit after SIGTERM (128 + 15; sacct shows it as 15): scancel, preemption, --signal before the limit.
 STOPPED_EXITS = ("143", "15")
+ACCOUNTING_LAG_S = 30.0  # how long an ended array task may take to show its final state in sacct
 LIMIT_SLACK_S = 65  # Slurm may send the --signal up to 60 s early (its event resolution), and the task stops at once
 
 
@@ -140,6 +142,27 @@ def sacct(jobs: Iterable[str]) -> dict[str, TaskState] | None:
     if proc.returncode != 0:
         return None
     return parse_sacct(proc.stdout)
+
+
+def all_final(states: dict[str, TaskState] | None, array: str, workers: int) -> bool:
+    """Every array task has a final state in `states` (None, no accounting at all, counts as final)."""
+    if states is None:
+        return True
+    tasks = [states.get(f"{array}_{i}") for i in range(workers)]
+    return all(t is not None and t.final for t in tasks)
+
+
+def settled_array_states(array: str, workers: int, *, lag_s: float = ACCOUNTING_LAG_S, poll_s: float = 2.0,
+                         stopped=lambda: False) -> dict[str, TaskState] | None:
+    """The array's task states once the accounting shows each final, or what it shows after `lag_s`: slurmctld
+    hands an ended task's record to slurmdbd a moment later, so a job that follows the array (the collect job,
+    a dependency `afterany`) can start before sacct knows how the array's tasks ended."""
+    deadline = time.monotonic() + lag_s
+    while True:
+        states = sacct([array])
+        if all_final(states, array, workers) or time.monotonic() >= deadline or stopped():
+            return states
+        time.sleep(poll_s)
 
 
 def queued(jobs: Iterable[str]) -> set[str] | None:

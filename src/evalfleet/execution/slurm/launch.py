@@ -16,13 +16,13 @@ from typing import Any, Callable
 from evalfleet.errors import UserError
 from evalfleet.execution.output_dir import mark_runs_running
 from evalfleet.execution.slurm.paths import TASK_HEARTBEAT, TASK_STATUS, WIRED_EXPERIMENT, task_glob
-from evalfleet.execution.slurm.commands import SlurmCommandError, TaskState, queued, sacct, sbatch, scancel
+from evalfleet.execution.slurm.commands import (SlurmCommandError, TaskState, all_final, queued, sacct, sbatch,
+                                               scancel, settled_array_states)
 from evalfleet.execution.slurm.render import Rendering, write_jobs
 from evalfleet.execution.slurm.scripts import server_script_name
 from evalfleet.secrets import exported
 
 POLL_S = 2.0
-ACCOUNTING_LAG_S = 30.0  # how long an ended array task may take to show its final state in sacct
 
 
 def reset_state(rendering: Rendering, *, servers: bool = True) -> None:
@@ -235,10 +235,7 @@ class ArrayWatch:
                   file=sys.stderr, flush=True)
 
     def _final(self, states: dict[str, TaskState] | None) -> bool:
-        if states is None:
-            return True
-        tasks = [states.get(f"{self.array}_{i}") for i in range(self.workers)]
-        return all(t is not None and t.final for t in tasks)
+        return all_final(states, self.array, self.workers)
 
     def _watch(self) -> None:
         while not self.stop.wait(self.poll_s):
@@ -257,9 +254,4 @@ class ArrayWatch:
                         self._while_queued()
                     continue
             break
-        deadline = time.monotonic() + ACCOUNTING_LAG_S
-        while True:
-            self.states = sacct([self.array])
-            if self._final(self.states) or time.monotonic() >= deadline or self.stop.is_set():
-                return
-            time.sleep(self.poll_s)
+        self.states = settled_array_states(self.array, self.workers, poll_s=self.poll_s, stopped=self.stop.is_set)

@@ -27,7 +27,7 @@ import yaml
 from evalfleet.execution.backends import WorkerResult
 from evalfleet.execution.local import claimed_by
 from evalfleet.execution.output_dir import write_atomic
-from evalfleet.execution.slurm.commands import TaskState, sacct, scancel
+from evalfleet.execution.slurm.commands import TaskState, sacct, scancel, settled_array_states
 from evalfleet.execution.slurm.paths import SERVER_LOG, SlurmPaths
 from evalfleet.execution.slurm.render import read_jobs
 from evalfleet.experiment.plan import Plan
@@ -259,7 +259,8 @@ def collect(out: Path) -> int:
     server_jobs = {str(s): str(j) for s, j in (jobs.get("server_jobs") or {}).items()}
     lost = server_losses(sacct(server_jobs.values()), server_jobs)  # before the scancel below ends them all
     scancel(server_jobs.values())
-    results = worker_results(paths, plan, array, workers, sacct([array]), int(jobs.get("signal_lead_s") or 0))
+    states = settled_array_states(array, workers)  # the array has ended; its accounting may lag a moment
+    results = worker_results(paths, plan, array, workers, states, int(jobs.get("signal_lead_s") or 0))
     blame_lost_servers(results, plan, lost, server_runs(loaded))
     for r in results:
         if r.problem:

@@ -330,6 +330,9 @@
     document.getElementById("page").textContent = "page " + (state.page + 1) + " of " + pages;
     document.getElementById("prev").disabled = state.page === 0;
     document.getElementById("next").disabled = end >= visibleCount;
+    if (!document.body.hasAttribute("data-ready") && window.performance && performance.mark) {
+      performance.mark("evalfleet-ready");  // the summary and first table drawn: bench/collect.py --paint reads it
+    }
     document.body.setAttribute("data-ready", "1");
   }
 
