@@ -234,8 +234,12 @@ def test_a_cancelled_array_task_is_reported_and_resume_completes(slurm_cluster, 
     assert resumed["status"] == "finished" and resumed["previous"][-1]["submission"] == meta["submission"]
 
 
-def test_a_task_killed_for_memory_shows_slurms_reason(slurm_cluster, tmp_path: Path) -> None:
-    exp = write(tmp_path, {"expert": EXPERT}, 2, name="slurm_oom")
+def test_a_task_killed_for_memory_shows_slurms_reason(slurm_cluster, gated_plugins, tmp_path: Path) -> None:
+    # The runner is held at a gate never released before its first episode, so it lives (over its memory) until
+    # Slurm's sampler, once a second, sees it: unheld, two quick episodes could end between two samples.
+    held = gated(tmp_path / "gate")
+    held["policy"]["after_episodes"] = 0
+    exp = write(tmp_path, {"expert": held}, 2, name="slurm_oom")
     out = tmp_path / "out"
     assert main(["run", str(exp), "--backend", "slurm", "--workers", "1", "--output", str(out), "--no-progress",
                  "slurm.mem=40M", *SMALL]) == 1
