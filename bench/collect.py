@@ -16,9 +16,11 @@ steps (`separate` holds every record in memory through `load_records`: leave it 
 fresh browser context each time, from disk) and states its first contentful paint and the time until the page's
 script has drawn the summary (`body[data-ready]`), from navigation start.
 `--src DIR` runs the steps with another checkout's `src/` (the figures before a change, from `git archive`).
+`--baseline DIR` runs every step with this checkout's `src/` and with DIR's too, interleaved in each round, and
+states each step's time this checkout / baseline pair by pair (a change's speed-up on one machine, one run).
 
     python bench/collect.py [--episodes 100000] [--runs 40] [--repeats 3] [--steps separate,finalize,collect]
-                            [--paint 3]
+                            [--paint 3] [--baseline /tmp/before/src]
 """
 
 from __future__ import annotations
@@ -174,6 +176,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=40)
     parser.add_argument("--steps", default=",".join(STEPS[:2]), help="comma-separated: " + ", ".join(STEPS))
     parser.add_argument("--src", help="run the steps with this checkout's src/ folder (figures before a change)")
+    parser.add_argument("--baseline", help="also run every step with this src/ folder, interleaved: the ratio")
     parser.add_argument("--paint", type=int, default=0, metavar="N",
                         help="open the last step's index.html N times in Chromium: first paint (0: not)")
     parser.add_argument("--child", nargs=2, metavar=("STEP", "ROOT"), help=argparse.SUPPRESS)
@@ -192,9 +195,14 @@ def main() -> int:
         os.makedirs(template)
         make_runs(template, args.episodes, args.runs)
         got: dict[str, list[dict]] = {s: [] for s in steps}
+        before: dict[str, list[dict]] = {s: [] for s in steps}
         for i in range(args.repeats):  # ABBA: every other round in reverse order
-            for step in (steps if i % 2 == 0 else steps[::-1]):
-                got[step].append(measure(step, template, work, args.src))
+            order = [(step, False) for step in steps] + [(step, True) for step in steps if args.baseline]
+            for step, is_baseline in (order if i % 2 == 0 else order[::-1]):
+                if is_baseline:
+                    before[step].append(measure(step, template, work, args.baseline))
+                else:
+                    got[step].append(measure(step, template, work, args.src))
         counts = {s: got[s][0]["episodes"] for s in steps}
         assert len({json.dumps(c, sort_keys=True) for c in counts.values()}) == 1, counts  # the same either way
         episodes = next(iter(counts.values()))["recorded"]
@@ -205,6 +213,15 @@ def main() -> int:
                              "peak_rss_mb": spread([m["peak_rss_mb"] for m in got[step]], 1),
                              "index_html_bytes": got[step][0]["index_html_bytes"],
                              "largest_episode_table_bytes": got[step][0]["largest_table_bytes"]}
+        if args.baseline:
+            assert all(before[s][0]["episodes"] == counts[s] for s in steps), "the baseline counted differently"
+            figures["baseline"] = {"src": args.baseline}
+            for step in steps:
+                figures["baseline"][step] = {
+                    "seconds": spread([m["seconds"] for m in before[step]]),
+                    "peak_rss_mb": spread([m["peak_rss_mb"] for m in before[step]], 1),
+                    "this_over_baseline": spread(ratios([m["seconds"] for m in got[step]],
+                                                        [m["seconds"] for m in before[step]]))}
         if args.paint:
             figures["paint_" + steps[-1]] = paint_times(os.path.join(work, steps[-1], "index.html"), args.paint)
         if "separate" in got and "finalize" in got:

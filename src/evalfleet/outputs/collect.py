@@ -133,9 +133,8 @@ def read_run(name: str, sources: list[RunSource], *, merged_only: bool = False,
         videos = _arena_videos(src) if src.arena_files else None
         for rec, line, where in folder_records(src.location, _files_to_read(src, merged_only), src.arena_files,
                                                run=name, status=status, videos=videos, after_file=after_file):
-            if merged.scope.reason_to_reject(rec) is None:
+            if merged.add(rec, line, where) is None:
                 protocols.add(rec, where)
-            merged.add(rec, line, where)
     return RunData(name=name, sources=sources, records=merged.records, lines=[str(line) for line in merged.lines],
                    status=status, set_aside=merged.set_aside, planned=planned,
                    protocol=read_protocol([(src.location, join(src.rel, PROTOCOL_FILE)) for src in sources]))

@@ -49,8 +49,17 @@ def _arena_parts(rec: dict[str, Any]) -> list[dict[str, Any]]:
     return [rec] + [rec[k] for k in _ARENA_NESTED if isinstance(rec.get(k), dict)]
 
 
+# Every key a failure code or a protocol identity is read from (directly or nested): a record with none of them
+# (most of a large collect's) is answered without looking further.
+_CODE_KEYS = frozenset(("failure_code", "failure_reason", "failure_category", "consensus_failure_category", "outcome",
+                        "episode_outcome", *_ARENA_NESTED))
+_PROTOCOL_KEYS = frozenset(("spec_hash", *_ARENA_NESTED))
+
+
 def record_code(rec: dict[str, Any]) -> str | None:
     """The failure code a record carries, in evalfleet's, Arena's or vla-eval's terms; None when it has none."""
+    if rec.keys().isdisjoint(_CODE_KEYS):
+        return None
     for part in _arena_parts(rec):  # evalfleet's field, and Arena's EvaluationResult.failure_code
         if (code := _code(part.get("failure_code"))) is not None:
             return code
@@ -69,6 +78,8 @@ def record_protocol(rec: dict[str, Any]) -> str | None:
     value = rec.get(PROTOCOL_KEY)
     if isinstance(value, str) and value:
         return value
+    if rec.keys().isdisjoint(_PROTOCOL_KEYS):
+        return None
     for part in _arena_parts(rec):
         if isinstance(part.get("spec_hash"), str) and part["spec_hash"]:
             return part["spec_hash"]

@@ -68,6 +68,22 @@ def _num(v: Any, spec: str = ".4g") -> str:
     return "null"
 
 
+def _nums(values: list[Any], spec: str = ".4g") -> list[str]:
+    """`_num` of every value; plain floats and ints without a call each (a table of 100,000 episodes formats
+    several hundred thousand numbers)."""
+    out = []
+    append = out.append
+    for v in values:
+        t = type(v)
+        if t is float and v - v == 0.0:  # finite (inf - inf and nan - nan are nan)
+            append(str(int(v)) if v.is_integer() and -1e15 < v < 1e15 else format(v, spec))
+        elif t is int:
+            append(str(v))
+        else:
+            append(_num(v, spec))
+    return out
+
+
 def _component_names(key: str, n: int) -> tuple[str, ...]:
     if n == 3:
         low = key.lower()
@@ -77,39 +93,65 @@ def _component_names(key: str, n: int) -> tuple[str, ...]:
     return tuple(str(i) for i in range(n))
 
 
-def _kinds(records: list[dict[str, Any]]) -> tuple[dict[str, str], dict[str, int]]:
-    """Every variation key's kind (num | vec | cat; mixed kinds are cat) and each vector's length."""
-    keys: dict[str, str] = {}
-    vec_len: dict[str, int] = {}
-    for rec in records:
+class _Absent:
+    """A variation key a record does not have (a present null is None)."""
+
+
+_ABSENT = _Absent()
+_NUMBER_TYPES = frozenset((int, float))
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _kind(v: Any) -> str:
+    """A variation value's kind: num (a number), vec (a non-empty list of numbers) or cat (anything else)."""
+    if type(v) in _NUMBER_TYPES or _is_number(v):
+        return "num"
+    if isinstance(v, list) and v and (set(map(type, v)) <= _NUMBER_TYPES or all(_is_number(x) for x in v)):
+        return "vec"
+    return "cat"
+
+
+def _variation_values(records: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """Every variation key present, with its value in each record (`_ABSENT` where a record lacks it)."""
+    columns: dict[str, list[Any]] = {}
+    for row, rec in enumerate(records):
         for k, v in (rec.get("variations") or {}).items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                new = "num"
-            elif isinstance(v, list) and v and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
-                new = "vec"
-                vec_len[k] = max(vec_len.get(k, 0), len(v))
-            else:
-                new = "cat"
-            keys[k] = new if keys.get(k, new) == new else "cat"
-    return keys, vec_len
+            column = columns.get(k)
+            if column is None:
+                column = columns[k] = [_ABSENT] * len(records)
+            column[row] = v
+    return columns
+
+
+def _column_kind(values: list[Any]) -> str:
+    """The kind of a variation key from its present values: theirs when they share one, else cat."""
+    types = set(map(type, values))
+    types.discard(_Absent)
+    if types <= _NUMBER_TYPES:
+        return "num"
+    kinds = {_kind(v) for v in values if v is not _ABSENT}
+    return kinds.pop() if len(kinds) == 1 else "cat"
 
 
 def _variation_columns(records: list[dict[str, Any]]) -> list[str]:
     """The JSON of a column for every variation key present: numeric scalars, vector components, or categories."""
-    keys, vec_len = _kinds(records)
     columns = []
-    for key in sorted(keys):
-        values = [(rec.get("variations") or {}).get(key) for rec in records]
-        if keys[key] == "num":
-            columns.append(_column(key, "num", [_num(v, VALUE_FORMAT) for v in values]))
-        elif keys[key] == "vec":
-            names = _component_names(key, vec_len[key])
-            for i in range(min(vec_len[key], MAX_VECTOR_COMPONENTS)):
-                data = [_num(v[i], VALUE_FORMAT) if isinstance(v, list) and len(v) > i else "null" for v in values]
+    for key, values in sorted(_variation_values(records).items()):
+        kind = _column_kind(values)
+        if kind == "num":
+            columns.append(_column(key, "num", _nums(values, VALUE_FORMAT)))
+        elif kind == "vec":
+            width = max(len(v) for v in values if v is not _ABSENT)
+            names = _component_names(key, width)
+            for i in range(min(width, MAX_VECTOR_COMPONENTS)):
+                data = _nums([v[i] if isinstance(v, list) and len(v) > i else None for v in values], VALUE_FORMAT)
                 columns.append(_column(f"{key}.{names[i]}", "num", data))
         else:
             cats: dict[str, int] = {}
-            codes = ["-1" if v is None else str(cats.setdefault(
+            codes = ["-1" if v is None or v is _ABSENT else str(cats.setdefault(
                 v if isinstance(v, str) else json.dumps(v, separators=(",", ":")), len(cats))) for v in values]
             columns.append(_column(key, "cat", codes, list(cats)))
     return columns
@@ -131,8 +173,8 @@ def run_episode_json(name: str, records: list[dict[str, Any]]) -> str:
         ep.append(str(e - prev))
         prev = e
         st.append(code.get(rec.get("status"), "e"))
-        ln.append(_num(rec.get("episode_length")))
-        dur.append(_num(rec.get("duration_s"), VALUE_FORMAT))
+        ln.append(rec.get("episode_length"))
+        dur.append(rec.get("duration_s"))
         v = rec.get("video")
         if isinstance(v, dict) and v:
             video.append([row, {str(cam): f"{name}/{path}" for cam, path in v.items()}])
@@ -145,7 +187,7 @@ def run_episode_json(name: str, records: list[dict[str, Any]]) -> str:
     return (
         "{"
         f'"run":{json.dumps(name)},"count":{len(records)},"ep":[{",".join(ep)}],'
-        f'"st":"{"".join(st)}","len":[{",".join(ln)}],"dur":[{",".join(dur)}],'
+        f'"st":"{"".join(st)}","len":[{",".join(_nums(ln))}],"dur":[{",".join(_nums(dur, VALUE_FORMAT))}],'
         f'"vars":[{",".join(_variation_columns(records))}],"video":{json.dumps(video, **compact)},'
         f'"err":{json.dumps(err, **compact)},"att":{json.dumps(att, **compact)}'
         "}"

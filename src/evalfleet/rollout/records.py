@@ -239,11 +239,13 @@ class RunRecords:
         self._best: dict[int, tuple[tuple[int, float, int], Any, str | None]] = {}
         self._seq = 0
 
-    def add(self, rec: dict[str, Any], line: str | None = None, source: str = "") -> None:
+    def add(self, rec: dict[str, Any], line: str | None = None, source: str = "") -> str | None:
+        """Feeds one record; returns why it is set aside as not this Run's ("foreign", "out_of_plan"), else None
+        (it is one of the Run's planned episodes, whether or not it wins its episode)."""
         rejected = self.scope.reason_to_reject(rec)
         if rejected:
             self.set_aside.count(rejected, source)
-            return
+            return rejected
         ep = record_episode(rec)
         assert ep is not None
         self._seq += 1
@@ -254,6 +256,7 @@ class RunRecords:
             self._best[ep] = (key, kept, line)
         elif key[:2] < current[0][:2]:
             self.set_aside.count("stale", source)
+        return None
 
     def extend(self, records: Iterable[dict[str, Any]], source: str = "") -> "RunRecords":
         for rec in records:
