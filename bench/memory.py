@@ -16,9 +16,11 @@ collect and report.
 
 Prints JSON: per role and size, the median and spread of peak RSS (MB) over `--repeats` (`--big-repeats` for
 sizes of 1,000,000 or more), and per role the growth: a least-squares line MB = a + b * episodes (b as KB per
-episode) over the sizes' medians, and the same line over every size but the smallest (`growth_beyond_smallest`): a
-worker's heap fills during its first ~1,500 episodes (allocator arenas, caches, imports on first use) and then stays,
-so a line through the smallest size reads that warm-up as growth; the commit measured and the machine.
+episode) over the sizes' medians, and the same line over every size but the smallest (`growth_beyond_smallest`: what is
+built once, allocator arenas and imports on first use, left out); the commit measured and the machine. A worker
+holds a few fields of each record of its Runs (`records.RunRecordsTail`: ~0.4 KB an episode) and collects its old
+cyclic garbage once a second (`rollout.garbage`; before it, gym-pusht's per-reset pymunk Space grew a Push-T
+worker ~15 KB an episode until Python's own full collection ran).
 """
 
 from __future__ import annotations

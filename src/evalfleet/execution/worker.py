@@ -19,6 +19,7 @@ from evalfleet.experiment.loading import load_experiment
 from evalfleet.experiment.plan import Shard, make_plan
 from evalfleet.experiment.validation import require_executable
 from evalfleet.interpreter import drop_working_folder
+from evalfleet.rollout.garbage import GarbageBound
 from evalfleet.rollout.heartbeat import HEARTBEAT_ENV, HeartbeatWriter
 from evalfleet.rollout.runner import run_shards
 from evalfleet.rollout.timings import record_worker_start
@@ -89,7 +90,9 @@ def run_worker(experiment: str, output: str | Path, *, overrides: list[str] = ()
 
         chosen = claim_shards(chosen, Path(claim_dir), str(worker_id))
     record_worker_start(time.perf_counter() - started)  # loading and planning: the timings' `start` phase
-    outcomes = run_shards(plan.runs, chosen, Path(output), heartbeat=beat, stop=stop)
+    # This process is the runner's own: what is alive once a Run's env and policy are built is frozen out of
+    # the garbage collector, and old garbage collected once a second (rollout/garbage.py).
+    outcomes = run_shards(plan.runs, chosen, Path(output), heartbeat=beat, stop=stop, garbage=GarbageBound())
     report_spec_mismatches(Path(output), outcomes)
     if stop.is_set():
         return EXIT_STOPPED

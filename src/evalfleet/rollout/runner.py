@@ -34,6 +34,7 @@ from evalfleet.layout import part_path, timings_path
 from evalfleet.rollout.actions import checked_action
 from evalfleet.rollout.failures import (check_records_protocol, describe_error, env_code, policy_code,
                                         recording_code, run_logs, run_protocol, task_code, write_protocol)
+from evalfleet.rollout.garbage import GarbageBound
 from evalfleet.rollout.heartbeat import HeartbeatWriter
 from evalfleet.rollout.latency import LatencyModel, enqueue
 from evalfleet.rollout.inflight import InFlight, runner_in_flight
@@ -134,6 +135,7 @@ class ShardRunner:
         stop: threading.Event | None = None,
         on_record: Callable[[dict[str, Any]], None] | None = None,
         in_flight: InFlight | None = None,
+        garbage: GarbageBound | None = None,
     ):
         self.plan = plan
         self.run = plan.run
@@ -144,6 +146,7 @@ class ShardRunner:
         self.stop = stop or threading.Event()
         self.on_record = on_record
         self.in_flight = in_flight or InFlight(None)  # rollout/inflight.py: what a restarted runner accounts for
+        self.garbage = garbage  # rollout/garbage.py: a runner process's old cyclic garbage, collected
         self.protocol = run_protocol(self.run)  # sim/protocol.py: its identity on every record
         self._protocol_checked = False
         self._envs: list[Any] = []
@@ -174,6 +177,7 @@ class ShardRunner:
 
     # -- running -------------------------------------------------------------------------------
     def _ensure_instances(self, n: int) -> None:
+        built = len(self._envs) < n or self._policy is None
         while len(self._envs) < n:
             self._built_at = self._built_at or time.perf_counter()
             with self.timings.phase("env_build"):  # every optional member of the protocol readable, declared or not
@@ -182,6 +186,8 @@ class ShardRunner:
             with self.timings.phase("policy_connect"):
                 self._policy = self.make_policy()
                 self._policy = self.latency.wrap(self._policy, self._envs[0]) if self.latency else self._policy
+        if built and self.garbage is not None:
+            self.garbage.settle()
 
     def run_shard(self, shard: Shard) -> ShardOutcome:
         """Every episode of the shard that is not decided yet (or, for a `num_steps` Run, new episodes until its
@@ -366,6 +372,8 @@ class ShardRunner:
         if self.on_record:
             self.on_record(record.to_json())
         slot.spec = None
+        if self.garbage is not None:
+            self.garbage.between_episodes()
 
     def _refill_actions(self, slots: list[_Slot], progress: _ShardProgress) -> None:
         """One batched policy call for every env whose action queue is empty."""
@@ -398,6 +406,8 @@ class ShardRunner:
             slot.calls += 1
 
     def close(self) -> None:
+        if self.garbage is not None:
+            self.garbage.release()
         for env in self._envs:
             try:
                 env.close()
