@@ -25,11 +25,10 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from evalfleet.experiment.plan import EpisodeSpec, RunPlan, Shard
+from evalfleet.experiment.plan import RunPlan, Shard
 from evalfleet.layout import part_path, timings_path
 from evalfleet.rollout.actions import checked_action
 from evalfleet.rollout.failures import (check_records_protocol, describe_error, env_code, policy_code,
@@ -40,6 +39,7 @@ from evalfleet.rollout.latency import LatencyModel, enqueue
 from evalfleet.rollout.inflight import InFlight, runner_in_flight
 from evalfleet.rollout.records import (DECISION_FIELDS, EpisodeRecord, RecordWriter, RunRecordsTail, RunScope,
                                       read_run_records)
+from evalfleet.rollout.shard_state import ShardOutcome, ShardProgress, Slot
 from evalfleet.rollout.timings import PhaseTimings, worker_name
 from evalfleet.rollout.video import EpisodeVideo, should_record
 from evalfleet.sim.base import with_defaults
@@ -59,68 +59,6 @@ def latest_records(out_dir: Path, run: str, planned: int | None = None,
 def is_decided(record: dict[str, Any], max_attempts: int) -> bool:
     """Finished for good: a success or failure, or an error that has used up its attempts."""
     return record.get("status") in ("success", "failure") or int(record.get("attempt", 1)) >= max_attempts
-
-
-@dataclass
-class ShardOutcome:
-    run: str
-    shard: str
-    recorded: int = 0
-    errors: int = 0
-    steps: int = 0
-    stopped: bool = False
-    spec_mismatch: str | None = None  # the Run did not start: its policy does not fit its environment
-    environment_error: str | None = None  # the Run did not start: its environment cannot be built from its options
-
-
-@dataclass
-class _Slot:
-    """One env instance and the episode it is playing."""
-
-    env_id: int
-    env: Any
-    spec: EpisodeSpec | None = None
-    attempt: int = 1
-    observation: dict[str, Any] | None = None
-    queue: collections.deque = field(default_factory=collections.deque)  # pending actions of a chunk
-    steps: int = 0
-    started: float = 0.0
-    latency_s: float = 0.0
-    calls: int = 0
-    video: Any = None  # EpisodeVideo while this episode is being recorded
-    progress: Any = None  # the env's progress for this episode (StepResult.info["progress"]), if it reports one
-    timing: Any = None  # a simulated-latency Run's latency.EpisodeTiming of this episode
-
-
-@dataclass
-class _ShardProgress:
-    """What is left of one shard and what it has recorded: the queue of (episode, attempt) to run, and for a
-    `num_steps` Run the step budget left and the next new episode index."""
-
-    outcome: ShardOutcome
-    writer: RecordWriter
-    queue: collections.deque
-    budget_left: int | None  # None: the shard's episodes are a fixed range
-    next_index: int
-
-    def next_episode(self) -> tuple[int, int] | None:
-        """(episode, attempt) to start next, or None when nothing is left."""
-        if self.queue:
-            return self.queue.popleft()
-        if self.budget_left is not None and self.budget_left > 0:
-            self.next_index += 1
-            return (self.next_index - 1, 1)
-        return None
-
-    def recorded(self, slot: _Slot, error: str | None, *, retry: bool) -> None:
-        """Count the record just written for the slot's episode; an error is queued again when `retry`."""
-        self.outcome.recorded += 1
-        if self.budget_left is not None and not error:
-            self.budget_left -= slot.steps
-        if error:
-            self.outcome.errors += 1
-            if retry:
-                self.queue.append((slot.spec.index, slot.attempt + 1))
 
 
 class ShardRunner:
@@ -200,7 +138,7 @@ class ShardRunner:
         if not queue and not budget:
             return ShardOutcome(self.plan.name, shard.id)
         slots = self._open_slots(shard, len(queue), bounded=budget is None)
-        progress = _ShardProgress(ShardOutcome(self.plan.name, shard.id),
+        progress = ShardProgress(ShardOutcome(self.plan.name, shard.id),
                                   RecordWriter(part_path(self.out_dir, self.plan.name, shard.id)),
                                   queue, budget, next_index)
         try:
@@ -221,7 +159,7 @@ class ShardRunner:
         steps_done, next_index = self._budget_steps_done()
         return self._pending(shard), max(0, (self.plan.num_steps or 0) - steps_done), next_index
 
-    def _open_slots(self, shard: Shard, pending: int, *, bounded: bool) -> list[_Slot]:
+    def _open_slots(self, shard: Shard, pending: int, *, bounded: bool) -> list[Slot]:
         """The shard's env instances (built on first use) and policy, and the heartbeat saying it runs."""
         n_envs = self.run.environment_builder.num_envs
         if bounded:
@@ -229,9 +167,9 @@ class ShardRunner:
         self._ensure_instances(n_envs)
         self.heartbeat.shard = f"{self.plan.name}/{shard.id}"
         self.heartbeat.beat(state="running", force=True)
-        return [_Slot(i, self._envs[i]) for i in range(n_envs)]
+        return [Slot(i, self._envs[i]) for i in range(n_envs)]
 
-    def _play(self, slots: list[_Slot], progress: _ShardProgress) -> None:
+    def _play(self, slots: list[Slot], progress: ShardProgress) -> None:
         """Step every env in lockstep, one batched policy call for those whose action queue is empty, until no
         episode is left or `stop` is set."""
         from evalfleet.policies.base import SpecMismatchError
@@ -252,7 +190,7 @@ class ShardRunner:
                 self._finish(slot, progress, error=exc.line(), code=SPEC_MISMATCH.code, retry=False)
             raise
 
-    def _step(self, slot: _Slot, progress: _ShardProgress) -> int:
+    def _step(self, slot: Slot, progress: ShardProgress) -> int:
         """One step of the slot's episode (1 if the env stepped, else 0); an episode that ends is recorded and
         the slot starts the next."""
         if slot.spec is None or not slot.queue:
@@ -287,7 +225,7 @@ class ShardRunner:
             self._start(slot, progress)
         return 1
 
-    def _start(self, slot: _Slot, progress: _ShardProgress) -> None:
+    def _start(self, slot: Slot, progress: ShardProgress) -> None:
         """Reset the slot's env and the policy for the shard's next episode (none left: the slot goes idle). A
         reset that fails is that episode's error record, and the slot tries the next."""
         recording = getattr(self.run, "recording", None)
@@ -323,7 +261,7 @@ class ShardRunner:
             except Exception as exc:  # noqa: BLE001 - infrastructure error, recorded and retried
                 self._finish(slot, progress, error=describe_error(exc), code=stage(exc))
 
-    def _finish(self, slot: _Slot, progress: _ShardProgress, success: bool | None = None,
+    def _finish(self, slot: Slot, progress: ShardProgress, success: bool | None = None,
                 error: str | None = None, code: str | None = None, retry: bool = True) -> None:
         """Record the slot's episode (an error, with its failure code, is queued again while it has attempts
         left); the slot goes idle."""
@@ -375,7 +313,7 @@ class ShardRunner:
         if self.garbage is not None:
             self.garbage.between_episodes()
 
-    def _refill_actions(self, slots: list[_Slot], progress: _ShardProgress) -> None:
+    def _refill_actions(self, slots: list[Slot], progress: ShardProgress) -> None:
         """One batched policy call for every env whose action queue is empty."""
         if not slots:
             return
@@ -393,7 +331,7 @@ class ShardRunner:
                 except Exception as exc:  # noqa: BLE001 - a policy's error is this episode's error record
                     self._finish(slot, progress, error=describe_error(exc), code=policy_code(exc))
 
-    def _call_policy(self, slots: list[_Slot], horizon: int | None) -> None:
+    def _call_policy(self, slots: list[Slot], horizon: int | None) -> None:
         t0 = time.perf_counter()
         actions = self._policy.act_batch([s.observation for s in slots], [s.env_id for s in slots])
         elapsed = time.perf_counter() - t0
