@@ -50,7 +50,8 @@ def _arena_parts(rec: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 # Every key a failure code or a protocol identity is read from (directly or nested): a record with none of them
-# (most of a large collect's) is answered without looking further.
+# (most of a large collect's) is answered without looking further. A key `record_code` or `record_protocol` comes
+# to read belongs here too.
 _CODE_KEYS = frozenset(("failure_code", "failure_reason", "failure_category", "consensus_failure_category", "outcome",
                         "episode_outcome", *_ARENA_NESTED))
 _PROTOCOL_KEYS = frozenset(("spec_hash", *_ARENA_NESTED))
