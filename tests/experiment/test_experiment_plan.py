@@ -16,7 +16,7 @@ import yaml
 
 from evalfleet.cli import main
 from evalfleet.experiment.loading import load_experiment
-from evalfleet.experiment.plan import episode_seed, make_plan, sample, stable_hash, variation_rng
+from evalfleet.experiment.plan import episode_seed, make_plan, sample, shard_bounds, stable_hash, variation_rng
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "examples" / "quickstart.yaml"
@@ -100,6 +100,35 @@ def test_shard_size_and_workers_do_not_change_episodes(path_name: str, paired: P
             covered = [i for s in mine for i in range(s["start"], s["stop"])]
             assert covered == list(range(run["num_episodes"]))
     assert len(seen_shard_counts) > 2  # the sharding really did change
+
+
+@pytest.mark.parametrize("episodes", [0, 1, 2, 7, 99, 100, 101, 250, 1000, 4321])
+@pytest.mark.parametrize("size", [1, 3, 13, 100])
+def test_tapered_shards_cover_a_run_once_and_end_small(episodes: int, size: int) -> None:
+    bounds = shard_bounds(episodes, size, taper=True)
+    assert [i for start, stop in bounds for i in range(start, stop)] == list(range(episodes))
+    sizes = [stop - start for start, stop in bounds]
+    assert all(1 <= n <= size for n in sizes)
+    assert sizes == sorted(sizes, reverse=True)  # never a larger shard after a smaller one
+    # A shard holds at most half of what its Run has left, unless that is below an eighth of `size`.
+    smallest = -(-size // 8)
+    for (start, stop) in bounds:
+        assert stop - start <= max(smallest, -(-(episodes - start) // 2))
+    if episodes >= 2 * size:
+        assert sizes[-1] <= smallest  # the Run ends on a small shard, whatever `size` is
+    assert shard_bounds(episodes, size) == [(a, min(a + size, episodes)) for a in range(0, episodes, size)]
+
+
+def test_local_default_plan_tapers_and_a_given_shard_size_is_kept(capsys: pytest.CaptureFixture[str]) -> None:
+    loaded = load_experiment(QUICKSTART)
+    tapered = make_plan(loaded, workers=2, taper=True)
+    assert [s.stop - s.start for s in tapered.shards if s.run == "push_expert"] == [25, 13, 6, 4, 2]
+    assert len(tapered.shards) > len(make_plan(loaded, workers=2).shards)
+    kept = make_plan(loaded, shard_size=10, workers=2, taper=True)
+    assert {s.stop - s.start for s in kept.shards} == {10}
+    # `evalfleet plan` shows what `evalfleet run` cuts on the local backend.
+    assert plan_json(capsys, QUICKSTART, "--workers", "2")["shards"] == [
+        {"run": s.run, "id": s.id, "start": s.start, "stop": s.stop} for s in tapered.shards]
 
 
 def test_num_envs_does_not_change_episodes(paired: Path) -> None:

@@ -27,7 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_experiment_args(p)
     add_arena_runner_flags(p)
     p.add_argument("--json", action="store_true", help="print the whole plan, every episode's seed and variations")
-    p.add_argument("--shard-size", type=int, default=None, help="episodes per shard (default: chosen for --workers)")
+    p.add_argument("--shard-size", type=int, default=None,
+                   help="episodes per shard (default: chosen for --workers, each Run's last shards smaller, "
+                        "as `evalfleet run` makes them on the local backend)")
     p.add_argument("--workers", type=int, default=None, help="workers the shards are sized for (default: CPU count)")
     p.set_defaults(handler=cmd_plan)
 
@@ -56,7 +58,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise UserError("--shard-size must be a positive number of episodes", where="command line", key="--shard-size")
     loaded = load_from_args(args, path)
     check_backend_settings(loaded.backend_settings)  # a wrong osmo.* / experiment_runner.* key: exit 2 here too
-    plan = make_plan(loaded, shard_size=args.shard_size, workers=args.workers)
+    plan = make_plan(loaded, shard_size=args.shard_size, workers=args.workers, taper=True)  # `run`'s default: local
     if args.json:
         json.dump(plan.to_json(), sys.stdout, indent=1)
         print()

@@ -93,6 +93,7 @@ class WorkerResult:
 class Backend(Protocol):
     name: str
     resume_hint: str  # the flags that continue an interrupted run on this backend
+    cheap_shards: bool  # one process runs many shards, so a default plan ends each Run with smaller ones
 
     def check(self) -> None: ...
 
@@ -112,6 +113,7 @@ class BackendBase:
 
     name = "?"
     resume_hint = ""
+    cheap_shards = False  # a shard is a process or a task of its own (Ray, Slurm, OSMO): as few as balance allows
 
     def check(self) -> None:
         pass

@@ -126,7 +126,7 @@ def _execute(loaded: LoadedExperiment, out: Path, backend: Backend, *, shard_siz
              watchdog: WatchdogConfig | None, progress: bool,
              log: Callable[[str], None], fork_runners: EvalfleetMain | None = None) -> tuple[Plan, list[WorkerResult]]:
     capacity = backend.open()
-    plan = make_plan(loaded, shard_size=shard_size, workers=capacity)
+    plan = make_plan(loaded, shard_size=shard_size, workers=capacity, taper=getattr(backend, "cheap_shards", False))
     log(f"{loaded.experiment.name}: {len(plan.runs)} Runs, {plan.total_episodes} episodes, "
         f"{len(plan.shards)} shards on {backend.name} ({min(capacity, len(plan.shards))} workers) → {out}")
     job = ExecutionJob(loaded, plan, out, watchdog or WatchdogConfig.local(), show_progress=progress, log=log,

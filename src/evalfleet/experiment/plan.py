@@ -189,7 +189,26 @@ def run_plan(name: str, run: Run, experiment_seed: int) -> RunPlan:
     return RunPlan(name, run, run.task_tag(), run.policy_tag(), base_seed, samplers, replay)
 
 
-def make_plan(loaded: LoadedExperiment, *, shard_size: int | None = None, workers: int | None = None) -> Plan:
+def shard_bounds(num_episodes: int, size: int, *, taper: bool = False) -> list[tuple[int, int]]:
+    """(start, stop) of a Run's shards: `size` episodes each, or, with `taper`, never more than half of what the Run
+    has left (down to an eighth of `size`), so the shards that end a Run are small. Workers that share a list
+    claim the earliest episodes of every Run first, so these small shards come last, and a worker that runs out
+    of shards waits for the others a small shard at most, not a whole one."""
+    smallest = max(1, math.ceil(size / 8))
+    bounds, start = [], 0
+    while start < num_episodes:
+        left = num_episodes - start
+        step = max(smallest, min(size, math.ceil(left / 2))) if taper else size
+        bounds.append((start, min(start + step, num_episodes)))
+        start += step
+    return bounds
+
+
+def make_plan(loaded: LoadedExperiment, *, shard_size: int | None = None, workers: int | None = None,
+              taper: bool = False) -> Plan:
+    """`taper`: a default shard size gives each Run's last shards fewer episodes (`shard_bounds`), for a backend
+    whose shards cost little apart (`Backend.cheap_shards`: the local backend, where one process runs many
+    shards); a `shard_size` given is kept as it is."""
     exp = loaded.experiment
     runs = {name: run_plan(name, run, exp.seed) for name, run in exp.runs.items()}
     total = sum(r.num_episodes or 0 for r in runs.values())
@@ -199,8 +218,8 @@ def make_plan(loaded: LoadedExperiment, *, shard_size: int | None = None, worker
         if rp.num_episodes is None:
             shards.append(Shard(rp.name, 0, None))
             continue
-        for start in range(0, rp.num_episodes, size):
-            shards.append(Shard(rp.name, start, min(start + size, rp.num_episodes)))
+        shards += [Shard(rp.name, start, stop)
+                   for start, stop in shard_bounds(rp.num_episodes, size, taper=taper and shard_size is None)]
     return Plan(loaded, runs, shards, servers_needed(runs, exp.server_sharing))
 
 
