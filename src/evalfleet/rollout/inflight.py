@@ -4,8 +4,11 @@ A runner under the watchdog (EVALFLEET_HEARTBEAT set) keeps `<heartbeat>.infligh
 
     {"pid": int, "in_flight": [{"run", "shard", "episode", "attempt", "started"}, ...]}   # one per env slot
 
-rewritten atomically when a slot starts an episode (once per episode: an entry whose record was written is
-recognised by that record), emptied when a shard completes, left as it is when the runner is stopped or dies.
+rewritten when a slot starts an episode (once per episode: an entry whose record was written is recognised by
+that record), emptied when a shard completes, left as it is when the runner is stopped or dies. Only a relaunched
+runner reads it, once the runner that wrote it has ended, so it is rewritten in place (`write_in_place`: one
+`pwrite` of at most a page, blank-padded over a longer old text) rather than replaced: a replace by rename costs
+~0.3 ms on ext4, once per episode.
 The watchdog says why it relaunched (`RESTART_ENV`: the ended attempt's outcome, `stalled`, `signal`,
 `exit_code:<code>`, ...). The relaunched runner (`account_restart`, before its first shard) writes for every entry
 that has no record at its attempt yet an `error` record with `stall` (the watchdog stopped a stalled runner),
@@ -48,6 +51,7 @@ class InFlight:
         self.path = Path(path) if path else None
         self._slots: dict[int, dict[str, Any]] = {}
         self._made_folder = False
+        self._width: int | None = None  # bytes the file may hold from this process's writes; None: not written yet
 
     @classmethod
     def beside(cls, heartbeat_path: str | os.PathLike[str] | None) -> "InFlight":
@@ -74,7 +78,8 @@ class InFlight:
         if not self._made_folder:  # once: the folder is the heartbeat's
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._made_folder = True
-        write_json_atomic(self.path, {"pid": os.getpid(), "in_flight": list(self._slots.values())})
+        self._width = write_in_place(self.path, {"pid": os.getpid(), "in_flight": list(self._slots.values())},
+                                     self._width)
 
     def read(self) -> list[dict[str, Any]]:
         """The entries the file holds (a missing or unreadable file: none)."""
@@ -86,6 +91,25 @@ class InFlight:
             return []
         entries = data.get("in_flight") if isinstance(data, dict) else None
         return [e for e in entries or [] if isinstance(e, dict) and _shaped(e)]
+
+
+PAGE = 4096  # a write of at most one page at offset 0 is not cut short by the writer's death
+
+
+def write_in_place(path: Path, data: Any, width: int | None) -> int:
+    """Write `data` as JSON over the start of `path`, padded with blanks (JSON allows trailing whitespace) over the
+    rest of what this process wrote there before (`width`; None: the first write, which truncates whatever an
+    earlier process left). Returns the file's new width. Over a page, the file is replaced atomically instead."""
+    text = json.dumps(data).encode("utf-8")
+    if max(len(text), width or 0) > PAGE:
+        write_json_atomic(path, data)
+        return len(text) + 1  # its newline
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if width is None else 0), 0o644)
+    try:
+        os.pwrite(fd, text.ljust(width or 0), 0)
+    finally:
+        os.close(fd)
+    return max(width or 0, len(text))
 
 
 def _shaped(entry: dict[str, Any]) -> bool:
