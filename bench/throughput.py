@@ -5,8 +5,9 @@
 Prints JSON: evalfleet's episodes/s (the whole `evalfleet run`: planning, worker start-up under the
 watchdog, records, collect and report) next to a bare multiprocessing loop that steps the same seeded
 Meta-World episodes with the same experts and writes nothing, and their ratio (target ≥ 0.95, issue #29), measured
-in `--repeats` interleaved pairs (plain, evalfleet; evalfleet, plain; ...): median and spread of each
-figure and of the pairwise ratio, with the machine's cores and load average.
+in `--repeats` interleaved pairs (plain, evalfleet; evalfleet, plain; ...) after one untimed round of each on a
+single episode per task: median and spread of each figure and of the pairwise ratio, with the machine's cores and
+load average. Both sides keep compiled bytecode as an installed copy does (`_common.cache_bytecode`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import time
 from pathlib import Path
 
 import yaml
-from _common import add_repeat_arg, emit, interleaved, machine, ratios, spread
+from _common import add_repeat_arg, cache_bytecode, emit, interleaved, machine, ratios, spread
 
 TASKS = ("reach-v3", "push-v3", "pick-place-v3", "drawer-open-v3")
 
@@ -65,22 +66,31 @@ def main() -> None:
     from evalfleet.experiment.plan import make_plan
 
     with tempfile.TemporaryDirectory() as tmp:
-        exp_path = Path(tmp) / "bench.yaml"
-        runs = {t.replace("-", "_"): {"environment": {"type": "metaworld", "task": t},
-                                      "policy": {"type": "metaworld_expert"},
-                                      "rollout_limit": {"num_episodes": args.episodes_per_task}} for t in TASKS}
-        exp_path.write_text(yaml.safe_dump({"name": "throughput", "runs": runs}))
-        plan = make_plan(load_experiment(exp_path), workers=args.workers)
-        items = [(rp.run.environment.options()["task"], e.seed) for rp in plan.runs.values() for e in rp.episodes()]
+        bytecode = cache_bytecode(Path(tmp) / "pycache")
+
+        def experiment(name: str, episodes: int) -> Path:
+            path = Path(tmp) / f"{name}.yaml"
+            runs = {t.replace("-", "_"): {"environment": {"type": "metaworld", "task": t},
+                                          "policy": {"type": "metaworld_expert"},
+                                          "rollout_limit": {"num_episodes": episodes}} for t in TASKS}
+            path.write_text(yaml.safe_dump({"name": "throughput", "runs": runs}))
+            return path
+
+        def episode_list(path: Path) -> list[tuple[str, int]]:
+            plan = make_plan(load_experiment(path), workers=args.workers)
+            return [(rp.run.environment.options()["task"], e.seed) for rp in plan.runs.values() for e in rp.episodes()]
+
+        exp_path, warm_path = experiment("bench", args.episodes_per_task), experiment("warm_up", 1)
+        items = episode_list(exp_path)
         total = len(items)
 
-        def plain() -> tuple[float, int]:
+        def plain(items: list[tuple[str, int]] = items) -> tuple[float, int]:
             t0 = time.perf_counter()
             with mp.get_context("spawn").Pool(args.workers) as pool:
                 parts = pool.map(plain_worker, [items[i::args.workers] for i in range(args.workers)])
             return time.perf_counter() - t0, sum(p[0] for p in parts)
 
-        def evalfleet() -> tuple[float, int]:
+        def evalfleet(exp_path: Path = exp_path) -> tuple[float, int]:
             out = Path(tempfile.mkdtemp(dir=tmp)) / "out"
             t0 = time.perf_counter()
             proc = subprocess.run([sys.executable, "-m", "evalfleet.cli", "run", str(exp_path), "--output", str(out),
@@ -91,6 +101,7 @@ def main() -> None:
             result = json.loads((out / "experiment_result.json").read_text())
             return seconds, sum(r["counts"]["success"] for r in result["runs"].values())
 
+        plain(episode_list(warm_path)), evalfleet(warm_path)  # untimed: bytecode cached, files in the page cache
         plain_runs, ef_runs = interleaved(plain, evalfleet, args.repeats)
 
     plain_s, ef_s = [t for t, _ in plain_runs], [t for t, _ in ef_runs]
@@ -105,6 +116,7 @@ def main() -> None:
         "ratio": spread(ratios(plain_s, ef_s), 3),  # plain time / evalfleet time, pair by pair
         "target_ratio": 0.95,
         "successes": {"evalfleet": sorted({s for _, s in ef_runs}), "plain_loop": sorted({s for _, s in plain_runs})},
+        **bytecode,
     }
     emit(report, machine_before=before)
 

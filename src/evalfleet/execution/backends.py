@@ -54,9 +54,10 @@ class ExecutionJob:
     watchdog: WatchdogConfig = field(default_factory=WatchdogConfig.local)
     show_progress: bool = True
     log: Callable[[str], None] = print
-    # Driver-side work for a core a worker has freed while others still run (the pipeline preloads what
-    # finalize imports); a backend may call it once, or never.
-    spare_core_work: Callable[[], None] | None = None
+    # Driver-side work worth starting while the workers run (the pipeline preloads what finalize imports, on a
+    # thread of its own: the call returns at once); a backend may call it once, or never. On cores the workers
+    # fill, it then shares every core's time with them, instead of holding one core alone at the end.
+    background_work: Callable[[], None] | None = None
     # `evalfleet run` (whose process is evalfleet's own) hands down the command's own main: with it, runners'
     # first attempts may be forked from this process and run it (execution/standby.py). A backend that
     # cannot fork ignores it.

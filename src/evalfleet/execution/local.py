@@ -83,7 +83,6 @@ class LocalRun:
     experiment_file: Path  # what workers load
     stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
-    _spare_taken: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def plan(self):  # evalfleet.experiment.plan.Plan
@@ -121,6 +120,8 @@ class LocalRun:
         self._threads = threads
         for t in threads:
             t.start()
+        if self.job.background_work is not None:  # after the standbys' fork: they need none of it
+            self.job.background_work()
         tracker = ProgressTracker.for_plan(self.out, self.plan)
         try:
             watch_progress(threads, tracker, self.job.show_progress)
@@ -165,15 +166,6 @@ class LocalRun:
             if standby is not None:
                 standby.discard()  # a no-op once the watchdog released it
         result.shards = self.claimed_by(result.worker)
-        self._use_spare_core()
-
-    def _use_spare_core(self) -> None:
-        """This worker's core is free while others still run: do the job's spare-core work there, once."""
-        others = [t for t in self._threads if t is not threading.current_thread() and t.is_alive()]
-        work = self.job.spare_core_work
-        if work is None or not others or self.stop.is_set() or not self._spare_taken.acquire(blocking=False):
-            return
-        work()
 
 
 def claim_name(shard: Shard) -> str:

@@ -27,7 +27,7 @@ from evalfleet.experiment.loading import LoadedExperiment, load_experiment
 from evalfleet.experiment.plan import Plan, make_plan
 from evalfleet.experiment.validation import require_executable
 from evalfleet.layout import RUN_TIMINGS_FILE, internal_dir, run_status_path
-from evalfleet.outputs.finalize import finalize, preload
+from evalfleet.outputs.finalize import Preload, finalize
 from evalfleet.outputs.result import ExperimentResult
 from evalfleet.outputs.tracking import check_tracking, log_to_trackers
 from evalfleet.rollout.records import DECISION_FIELDS
@@ -76,11 +76,13 @@ def run(experiment: str | os.PathLike[str] | LoadedExperiment, *, overrides: Ite
     loaded = load(experiment, overrides)
     chosen = get_backend(backend, workers=workers, address=ray_address)
     out = prepare(loaded, chosen, output, resume=resume, shard_size=shard_size)
+    preloading = Preload()  # finalize's imports, begun while the workers run
     with recorded(out, loaded, backend=chosen.name, resume=resume) as metadata:  # experiment_metadata.json
         metadata.running()
         plan, results = execute(loaded, out, chosen, shard_size=shard_size, watchdog=watchdog, progress=progress,
-                                log=log, fork_runners=fork_runners)
+                                log=log, fork_runners=fork_runners, preloading=preloading)
         finish_runs(plan, out, results)
+        preloading.wait()
         result = finalize_output(loaded, out)
     log_to_trackers(loaded, out, result, step=tracking_step, log=log)
     return result
@@ -108,12 +110,14 @@ def prepare(loaded: LoadedExperiment, backend: Backend, output: str | os.PathLik
 
 def execute(loaded: LoadedExperiment, out: Path, backend: Backend, *, shard_size: int | None = None,
             watchdog: WatchdogConfig | None = None, progress: bool = True, log: Callable[[str], None] = stderr_log,
-            fork_runners: EvalfleetMain | None = None) -> tuple[Plan, list[WorkerResult]]:
-    """Plan for the backend's capacity, start the servers the plan needs, run every pending shard."""
+            fork_runners: EvalfleetMain | None = None, preloading: Preload | None = None
+            ) -> tuple[Plan, list[WorkerResult]]:
+    """Plan for the backend's capacity, start the servers the plan needs, run every pending shard; `preloading`
+    is started while the workers run (`ExecutionJob.background_work`)."""
     try:
         with exported(loaded.secrets):  # runners and servers inherit them; no file holds them
             return _execute(loaded, out, backend, shard_size=shard_size, watchdog=watchdog, progress=progress,
-                            log=log, fork_runners=fork_runners)
+                            log=log, fork_runners=fork_runners, preloading=preloading)
     except KeyboardInterrupt:
         log(f"interrupted: every worker stopped; finished episodes are kept. Continue with: "
             f"evalfleet run --resume{backend.resume_hint} --output {out}")
@@ -124,13 +128,14 @@ def execute(loaded: LoadedExperiment, out: Path, backend: Backend, *, shard_size
 
 def _execute(loaded: LoadedExperiment, out: Path, backend: Backend, *, shard_size: int | None,
              watchdog: WatchdogConfig | None, progress: bool,
-             log: Callable[[str], None], fork_runners: EvalfleetMain | None = None) -> tuple[Plan, list[WorkerResult]]:
+             log: Callable[[str], None], fork_runners: EvalfleetMain | None = None,
+             preloading: Preload | None = None) -> tuple[Plan, list[WorkerResult]]:
     capacity = backend.open()
     plan = make_plan(loaded, shard_size=shard_size, workers=capacity, taper=getattr(backend, "cheap_shards", False))
     log(f"{loaded.experiment.name}: {len(plan.runs)} Runs, {plan.total_episodes} episodes, "
         f"{len(plan.shards)} shards on {backend.name} ({min(capacity, len(plan.shards))} workers) → {out}")
     job = ExecutionJob(loaded, plan, out, watchdog or WatchdogConfig.local(), show_progress=progress, log=log,
-                       spare_core_work=preload, fork_runners=fork_runners)
+                       background_work=preloading.start if preloading else None, fork_runners=fork_runners)
     serving, started = PhaseTimings(), time.perf_counter()
     with backend.serve(job) as experiment_file:
         serving.add("server_start", time.perf_counter() - started)  # the plan's servers started and healthy

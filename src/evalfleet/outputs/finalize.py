@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,28 @@ def preload() -> None:
         load_matplotlib()
     except Exception:  # the real import, in finalize, raises with its context
         log.debug("preloading the plotting modules failed", exc_info=True)
+
+
+class Preload:
+    """`preload` on a thread of its own, started at most once (`start` returns at once, so whoever lends the core
+    is not held up by it), and waited for (`wait`) before `finalize` imports the same modules: two threads
+    importing matplotlib's modules at once could deadlock on their import locks."""
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=preload, name="evalfleet-preload", daemon=True)
+                self._thread.start()
+
+    def wait(self) -> None:
+        with self._lock:
+            thread = self._thread
+        if thread is not None:
+            thread.join()
 
 
 def finalize(out: str | os.PathLike[str]) -> Finalized:
