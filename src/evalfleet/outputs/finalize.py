@@ -22,7 +22,7 @@ from evalfleet.outputs.run_digest import OutcomeRecords
 from evalfleet.outputs.staging import Staging
 from evalfleet.outputs.storage import Location
 from evalfleet.secrets import mask_url
-from evalfleet.outputs.summary import build_result, provenance
+from evalfleet.outputs.summary import build_result, package_versions, provenance
 
 log = logging.getLogger("evalfleet.outputs")
 
@@ -40,12 +40,14 @@ class Finalized:
 
 
 def preload() -> None:
-    """Import what `finalize` will need (the analysis modules, matplotlib), so that calling it early, while
-    a core is idle, takes those seconds off the end of a run. Never raises: `finalize` reports problems."""
+    """Import what `finalize` will need (the analysis modules, matplotlib) and read the installed packages'
+    versions it records, so that calling it early, while the workers run, takes those tenths of a second off the end
+    of a run. Never raises: `finalize` reports problems."""
     try:
         from evalfleet.analysis import loading, success  # noqa: F401 - imported only to warm the import cache
         from evalfleet.analysis.plots import load_matplotlib
 
+        package_versions()
         load_matplotlib()
     except Exception:  # the real import, in finalize, raises with its context
         log.debug("preloading the plotting modules failed", exc_info=True)

@@ -9,6 +9,7 @@ episodes are missing or infrastructure errors are left, and *failed* when its ba
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import hashlib
 import importlib.metadata
 import platform
@@ -201,13 +202,18 @@ def task_policy_matrix(runs: Iterable[dict[str, Any]]) -> dict[str, Any]:
 
 
 def package_versions(names: Iterable[str] = PROVENANCE_PACKAGES) -> dict[str, str]:
+    return dict(_versions(tuple(names)))
+
+
+@functools.lru_cache(maxsize=8)  # reading the packages' metadata costs ~40 ms; `Preload` reads it during the run
+def _versions(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     versions = {}
     for name in names:
         try:
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             continue
-    return versions
+    return tuple(versions.items())
 
 
 def provenance(experiment_yaml: bytes | None, *, sources: list[str] | None = None) -> dict[str, Any]:

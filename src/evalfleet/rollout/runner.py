@@ -86,6 +86,7 @@ class ShardRunner:
         self.in_flight = in_flight or InFlight(None)  # rollout/inflight.py: what a restarted runner accounts for
         self.garbage = garbage  # rollout/garbage.py: a runner process's old cyclic garbage, collected
         self.protocol = run_protocol(self.run)  # sim/protocol.py: its identity on every record
+        self._identity = self.protocol.identity  # a SHA-256 of its canonical JSON (~0.1 ms): once, not per record
         self._protocol_checked = False
         self._envs: list[Any] = []
         self._policy: Any = None
@@ -298,7 +299,7 @@ class ShardRunner:
             policy_provenance=getattr(self._policy, "provenance", None),
             timing=slot.timing.record(slot.queue, slot.steps) if slot.timing else None,
             failure_code=None if status == "success" else (code or POLICY_ERROR.code),
-            protocol=self.protocol.identity,
+            protocol=self._identity,
         )
         with self.timings.phase("write"):
             progress.writer.append(record)

@@ -72,7 +72,7 @@ class PhaseStats:
                                "mean_ms": round(self.total_ms / self.count, 4) if self.count else None,
                                "min_ms": round(self.min_ms, 4) if self.count else None,
                                "max_ms": round(self.max_ms, 4) if self.count else None}
-        doc.update({f"p{p}_ms": percentile(self.samples, p) for p in PERCENTILES})
+        doc.update(percentiles(self.samples))
         if samples:
             doc["samples"] = [round(v, 4) for v in self.samples]
         return doc
@@ -80,9 +80,18 @@ class PhaseStats:
 
 def percentile(values: list[float], p: float) -> float | None:
     """The p-th percentile of `values` by linear interpolation between closest ranks (None when empty)."""
-    if not values:
-        return None
+    return _ranked(sorted(values), p)
+
+
+def percentiles(values: list[float], ps: Iterable[float] = PERCENTILES) -> dict[str, float | None]:
+    """{"p<p>_ms": the p-th percentile} for each of `ps`, the values sorted once."""
     ordered = sorted(values)
+    return {f"p{p}_ms": _ranked(ordered, p) for p in ps}
+
+
+def _ranked(ordered: list[float], p: float) -> float | None:
+    if not ordered:
+        return None
     pos = (len(ordered) - 1) * p / 100.0
     lo = int(pos)
     hi = min(lo + 1, len(ordered) - 1)
@@ -166,7 +175,7 @@ def merge_phases(docs: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         m["mean_ms"] = round(m["total_ms"] / m["count"], 4)
         if name in pools:
             pooled = _pooled(pools[name])
-            m.update({f"p{p}_ms": percentile(pooled, p) for p in PERCENTILES})
+            m.update(percentiles(pooled))
         elif parts > 1:  # several summaries without samples: their percentiles cannot be combined
             for p in (10, *PERCENTILES):
                 m.pop(f"p{p}_ms", None)
