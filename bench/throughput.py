@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -27,7 +28,22 @@ from _common import add_repeat_arg, cache_bytecode, emit, interleaved, machine, 
 TASKS = ("reach-v3", "push-v3", "pick-place-v3", "drawer-open-v3")
 
 
-def plain_worker(items: list[tuple[str, int]]) -> tuple[int, int]:
+@dataclass
+class Timed:
+    seconds: float  # wall to wall
+    successes: int
+    first: float  # seconds from the start to the first episode's end
+    last: float  # ... to the last episode's end
+    episodes: int
+
+    @property
+    def steady_rate(self) -> float:
+        """Episodes/s between the first episode's end and the last's."""
+        return (self.episodes - 1) / max(self.last - self.first, 1e-9)
+
+
+def plain_worker(items: list[tuple[str, int]]) -> tuple[int, int, float, float]:
+    """(successes, steps, time.time() when its first and its last episode ended)."""
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -38,6 +54,7 @@ def plain_worker(items: list[tuple[str, int]]) -> tuple[int, int]:
 
     envs, experts = {}, {}
     successes = steps = 0
+    ends = []
     for task, seed in items:
         if task not in envs:
             envs[task] = make_task_env(task)
@@ -51,7 +68,8 @@ def plain_worker(items: list[tuple[str, int]]) -> tuple[int, int]:
             if info["success"]:
                 successes += 1
                 break
-    return successes, steps
+        ends.append(time.time())
+    return successes, steps, min(ends), max(ends)
 
 
 def main() -> None:
@@ -84,27 +102,32 @@ def main() -> None:
         items = episode_list(exp_path)
         total = len(items)
 
-        def plain(items: list[tuple[str, int]] = items) -> tuple[float, int]:
-            t0 = time.perf_counter()
+        def plain(items: list[tuple[str, int]] = items) -> Timed:
+            t0, wall0 = time.perf_counter(), time.time()
             with mp.get_context("spawn").Pool(args.workers) as pool:
                 parts = pool.map(plain_worker, [items[i::args.workers] for i in range(args.workers)])
-            return time.perf_counter() - t0, sum(p[0] for p in parts)
+            seconds = time.perf_counter() - t0
+            return Timed(seconds, sum(p[0] for p in parts), min(p[2] for p in parts) - wall0,
+                         max(p[3] for p in parts) - wall0, len(items))
 
-        def evalfleet(exp_path: Path = exp_path) -> tuple[float, int]:
+        def evalfleet(exp_path: Path = exp_path) -> Timed:
             out = Path(tempfile.mkdtemp(dir=tmp)) / "out"
-            t0 = time.perf_counter()
+            t0, wall0 = time.perf_counter(), time.time()
             proc = subprocess.run([sys.executable, "-m", "evalfleet.cli", "run", str(exp_path), "--output", str(out),
                                    "--workers", str(args.workers), "--no-progress"], capture_output=True, text=True)
             seconds = time.perf_counter() - t0
             if proc.returncode != 0:
                 sys.exit(f"evalfleet run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
             result = json.loads((out / "experiment_result.json").read_text())
-            return seconds, sum(r["counts"]["success"] for r in result["runs"].values())
+            ends = [json.loads(line)["timestamp"] for run in result["runs"]
+                    for line in (out / run / "episode_results.jsonl").read_text().splitlines() if line.strip()]
+            return Timed(seconds, sum(r["counts"]["success"] for r in result["runs"].values()), min(ends) - wall0,
+                         max(ends) - wall0, len(ends))
 
         plain(episode_list(warm_path)), evalfleet(warm_path)  # untimed: bytecode cached, files in the page cache
         plain_runs, ef_runs = interleaved(plain, evalfleet, args.repeats)
 
-    plain_s, ef_s = [t for t, _ in plain_runs], [t for t, _ in ef_runs]
+    plain_s, ef_s = [t.seconds for t in plain_runs], [t.seconds for t in ef_runs]
     report = {
         "episodes": total,
         "workers": args.workers,
@@ -115,7 +138,15 @@ def main() -> None:
         "plain_loop_episodes_per_s": spread([total / t for t in plain_s], 2),
         "ratio": spread(ratios(plain_s, ef_s), 3),  # plain time / evalfleet time, pair by pair
         "target_ratio": 0.95,
-        "successes": {"evalfleet": sorted({s for _, s in ef_runs}), "plain_loop": sorted({s for _, s in plain_runs})},
+        # Where the difference lies: the fixed costs (start to the first episode's end, the last episode's end to
+        # the exit), and episodes/s between the first and the last episode's end, evalfleet / plain pair by pair.
+        "evalfleet_before_first_episode_s": spread([t.first for t in ef_runs], 3),
+        "plain_loop_before_first_episode_s": spread([t.first for t in plain_runs], 3),
+        "evalfleet_after_last_episode_s": spread([t.seconds - t.last for t in ef_runs], 3),
+        "plain_loop_after_last_episode_s": spread([t.seconds - t.last for t in plain_runs], 3),
+        "steady_ratio": spread([e.steady_rate / p.steady_rate for p, e in zip(plain_runs, ef_runs)], 3),
+        "successes": {"evalfleet": sorted({t.successes for t in ef_runs}),
+                      "plain_loop": sorted({t.successes for t in plain_runs})},
         **bytecode,
     }
     emit(report, machine_before=before)
