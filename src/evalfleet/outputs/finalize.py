@@ -54,8 +54,8 @@ def preload() -> None:
 
 
 class Preload:
-    """`preload` on a thread of its own, started at most once (`start` returns at once, so whoever lends the core
-    is not held up by it), and waited for (`wait`) before `finalize` imports the same modules: two threads
+    """`preload` on a thread of its own, started at most once (`start` returns at once, so the backend that starts
+    it is not held up by it), and waited for (`wait`) before `finalize` imports the same modules: two threads
     importing matplotlib's modules at once could deadlock on their import locks."""
 
     def __init__(self) -> None:
