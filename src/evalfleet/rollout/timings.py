@@ -78,13 +78,9 @@ class PhaseStats:
         return doc
 
 
-def percentile(values: list[float], p: float) -> float | None:
-    """The p-th percentile of `values` by linear interpolation between closest ranks (None when empty)."""
-    return _ranked(sorted(values), p)
-
-
 def percentiles(values: list[float], ps: Iterable[float] = PERCENTILES) -> dict[str, float | None]:
-    """{"p<p>_ms": the p-th percentile} for each of `ps`, the values sorted once."""
+    """{"p<p>_ms": the p-th percentile} for each of `ps`, by linear interpolation between closest ranks (None when
+    `values` is empty), the values sorted once."""
     ordered = sorted(values)
     return {f"p{p}_ms": _ranked(ordered, p) for p in ps}
 
