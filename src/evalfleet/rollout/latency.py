@@ -33,6 +33,9 @@ from evalfleet.rollout.wall_clock import WallClockModel, control_rate
 def enqueue(queue: collections.deque, action: Any, horizon: int | None, timing: "EpisodeTiming | None") -> None:
     """One policy answer into the slot's queue: a single action (A,), or the first `horizon` actions of a chunk
     (H, A); with a timing, as it arrives after the episode's latency."""
+    if timing is None and type(action) is np.ndarray and action.ndim == 1:  # the usual case, once a step
+        queue.append(action)
+        return
     chunk = np.asarray(action)
     if chunk.ndim == 1:  # one action: the common case, queued as it is
         actions: Any = [chunk]

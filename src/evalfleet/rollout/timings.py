@@ -57,15 +57,36 @@ class PhaseStats:
         if len(self.samples) < SAMPLE_SIZE:
             self.samples.append(ms)
             if len(self.samples) == SAMPLE_SIZE:
-                self._skip(rng)
+                self._skip(self.count, rng)
         elif self.count == self._next:
             self.samples[rng.randrange(SAMPLE_SIZE)] = ms
-            self._skip(rng)
+            self._skip(self.count, rng)
 
-    def _skip(self, rng: random.Random) -> None:
+    def add_seconds(self, seconds: list[float], rng: random.Random) -> None:
+        """`add` of each value, given in seconds, in order, with the same sample and the same draws from `rng`: the
+        count, total and extremes at once, and one by one only the values the sample takes."""
+        if not seconds:
+            return
+        seen = self.count  # values before these: seconds[i] is value number seen + i + 1
+        self.count += len(seconds)
+        self.total_ms += sum(seconds) * 1000.0
+        self.min_ms = min(self.min_ms, min(seconds) * 1000.0)
+        self.max_ms = max(self.max_ms, max(seconds) * 1000.0)
+        samples, taken = self.samples, 0
+        while len(samples) < SAMPLE_SIZE and taken < len(seconds):
+            samples.append(seconds[taken] * 1000.0)
+            taken += 1
+            if len(samples) == SAMPLE_SIZE:
+                self._skip(seen + taken, rng)
+        while len(samples) == SAMPLE_SIZE and self._next <= self.count:
+            samples[rng.randrange(SAMPLE_SIZE)] = seconds[self._next - seen - 1] * 1000.0
+            self._skip(self._next, rng)
+
+    def _skip(self, count: int, rng: random.Random) -> None:
+        """After value number `count`: which value the full sample takes next."""
         self._w *= math.exp(math.log(1.0 - rng.random()) / SAMPLE_SIZE)
         gap = math.log(1.0 - rng.random()) / math.log(1.0 - self._w) if self._w < 1.0 else 0.0
-        self._next = self.count + 1 + int(gap)
+        self._next = count + 1 + int(gap)
 
     def to_json(self, *, samples: bool = True) -> dict[str, Any]:
         doc: dict[str, Any] = {"count": self.count, "total_ms": round(self.total_ms, 4),
@@ -100,12 +121,29 @@ class PhaseTimings:
     def __init__(self) -> None:
         self.phases: dict[str, PhaseStats] = {}
         self._rng = random.Random(0)
+        self._series: dict[str, list[float]] = {}
 
-    def add(self, phase: str, seconds: float) -> None:
+    def _stats(self, phase: str) -> PhaseStats:
         stats = self.phases.get(phase)
         if stats is None:
             stats = self.phases[phase] = PhaseStats()
-        stats.add(seconds * 1000.0, self._rng)
+        return stats
+
+    def add(self, phase: str, seconds: float) -> None:
+        self._stats(phase).add(seconds * 1000.0, self._rng)
+
+    def series(self, phase: str) -> list[float]:
+        """A list to append the phase's values to, in seconds, where even `add`'s call costs too much (once a step);
+        they join the phase at `fold()`, which the owner calls often enough to keep the list short (once an
+        episode), and at `flush`. The same list, emptied, serves for good."""
+        return self._series.setdefault(phase, [])
+
+    def fold(self) -> None:
+        """Every `series` value appended since the last fold, into its phase."""
+        for phase, values in self._series.items():
+            if values:
+                self._stats(phase).add_seconds(values, self._rng)
+                values.clear()
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -118,6 +156,7 @@ class PhaseTimings:
     def flush(self, path: Path, *, run: str, shard: str) -> None:
         """Write what was measured since the last flush to `path` (atomically), then start afresh. Best effort: a
         timings file that cannot be written never costs the records."""
+        self.fold()
         if _worker_start_s:
             self.add("start", _worker_start_s.pop())
         if not self.phases:
