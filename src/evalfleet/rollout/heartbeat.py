@@ -115,17 +115,8 @@ class HeartbeatWriter:
         return True
 
     def advance(self, *, steps: int = 0, episodes: int = 0) -> bool:
-        """Add progress to the running totals; write the file if due. The runner calls this once a step, so the
-        common case (no write due) costs one read of the clock."""
-        self.steps += int(steps)
-        self.episodes += int(episodes)
-        if self.path is None:
-            return False
-        last, written = self._last_write, self._written
-        if last is not None and written is not None and written[2] == self.state \
-                and self._clock() - last < self.min_interval:
-            return False
-        return self.beat()
+        """Add progress to the running totals; write the file if due."""
+        return self.beat(steps=self.steps + steps, episodes=self.episodes + episodes)
 
     def flush(self) -> bool:
         """Write now if the recorded counters differ from what was last written."""

@@ -102,9 +102,7 @@ class MetaworldEnvironment(MujocoEnvironment):
 
     def step(self, action: np.ndarray) -> StepResult:
         action = np.asarray(action, dtype=np.float64).reshape(self.action_dim)
-        if self._noise.action_std > 0:  # tested here, not by a call to it: this runs every step
-            action = self._noise.action(action)
-        action = action.clip(-1.0, 1.0).astype(np.float32)
+        action = self._noise.action(action).clip(-1.0, 1.0).astype(np.float32)
         obs, _reward, _terminated, _truncated, info = self.env.step(action)
         self._steps += 1
         self._stability.check(self._steps)
@@ -179,9 +177,7 @@ class MetaworldEnvironment(MujocoEnvironment):
         return out if kinds else out["rgb"]
 
     def _observation(self, obs: np.ndarray) -> dict[str, Any]:
-        state = np.asarray(obs, dtype=np.float64)
-        if self._noise.observation_std > 0:
-            state = self._noise.observation(state)
+        state = self._noise.observation(np.asarray(obs, dtype=np.float64))
         out: dict[str, Any] = {"observation/state": state, "prompt": self.instruction}
         opts = self.options
         for camera in opts.cameras:

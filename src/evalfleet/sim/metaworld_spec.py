@@ -190,20 +190,19 @@ class MetaworldProgress:
         self._left = list(PROGRESS_CRITERIA)
         self._start_distance: float | None = None
 
+    def _holds(self, name: str, info: dict[str, Any]) -> bool:
+        if name == "halfway":
+            distance = info.get("obj_to_target")
+            if distance is None:
+                return False
+            return self._start_distance is not None and float(distance) <= 0.5 * self._start_distance
+        return float(info.get(name, 0.0) or 0.0) > 0.0
+
     def update(self, info: dict[str, Any], step: int) -> dict[str, Any]:
         if self._start_distance is None and info.get("obj_to_target") is not None:
             self._start_distance = float(info["obj_to_target"])
-        if self._left:  # once a step till every criterion is met: a loop, not a call per criterion
-            met = []
-            for name in self._left:
-                if name == "halfway":  # the object half as far from the target as it started
-                    distance = info.get("obj_to_target")
-                    holds = (distance is not None and self._start_distance is not None
-                             and float(distance) <= 0.5 * self._start_distance)
-                else:
-                    holds = float(info.get(name, 0.0) or 0.0) > 0.0
-                if holds:
-                    met.append(name)
+        if self._left:
+            met = [name for name in self._left if self._holds(name, info)]
             if met:
                 progress = self.progress
                 for name in met:

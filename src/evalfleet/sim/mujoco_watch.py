@@ -51,8 +51,7 @@ class PhysicsWatch:
 
     def check(self, step: int) -> None:
         finite = math.isfinite(mujoco.mju_sum(self._qpos) + mujoco.mju_sum(self._qvel))
-        qpos, qvel, qacc = self._stats  # `_count()`, inlined: this runs every step
-        count = qpos.number + qvel.number + qacc.number
+        count = self._count()
         if finite and count <= self._seen:
             self._seen = count  # lower: the env cleared the counters (dm_control does before every step)
             return
@@ -94,10 +93,9 @@ class ObjectWatch:
             self.reached = bool(distance.min() <= REACH_M)
 
     def update(self, data: Any) -> None:
-        self._last = last = self._z[self.bodies]  # `_heights()`, inlined: this runs every step
-        np.maximum(self._highest, last, out=self._highest)
-        if self._effector is not None and not self.reached:
-            self._near(data)
+        self._last = self._heights()
+        np.maximum(self._highest, self._last, out=self._highest)
+        self._near(data)
 
     def code(self) -> str | None:
         """object_off_table, else object_dropped, else None."""
