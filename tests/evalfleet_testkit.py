@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,20 @@ def plugin_env(**extra: str) -> dict[str, str]:
     env["EVALFLEET_PLUGINS"] = "evalfleet_test_plugins"
     env.update(extra)
     return env
+
+
+def process_gone(pid: int, timeout: float = 20.0) -> bool:
+    """Whether process `pid` has exited (gone, or a zombie) within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def evalfleet_cmd(*args: str) -> list[str]:

@@ -13,25 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from evalfleet_testkit import metaworld_run, plugin_env, results_by_episode, run_evalfleet
+from evalfleet_testkit import metaworld_run, plugin_env, process_gone, results_by_episode, run_evalfleet
 
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120,
                           env=plugin_env(**env), stdin=subprocess.DEVNULL)
-
-
-def _gone(pid: int, timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().split()[2]
-        except OSError:
-            return True
-        if state == "Z":
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.mark.slow
@@ -95,7 +82,7 @@ def test_a_discarded_or_orphaned_standby_exits_without_running_anything(tmp_path
     assert done.returncode == 0, done.stderr
     state, orphan = done.stdout.split()
     assert state == "gone"
-    assert _gone(int(orphan)), "an orphaned standby runner kept running"
+    assert process_gone(int(orphan)), "an orphaned standby runner kept running"
     assert not list(tmp_path.glob("*.log"))
 
 

@@ -45,7 +45,7 @@ def cmd_overrides(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from evalfleet.execution.api import check_workers
+    from evalfleet.execution.argument_checks import check_workers
     from evalfleet.execution.osmo import run_order
     from evalfleet.execution.settings import check_backend_settings
     from evalfleet.experiment.plan import make_plan

@@ -62,7 +62,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from evalfleet.execution.pipeline import run
     from evalfleet.execution.watchdog import WatchdogConfig
 
     if args.output is not None:  # a URL is refused here, naming the flag, before anything is read or written
@@ -76,7 +75,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print_overrides(args, path)
         return 0
     # Built first: a bad value is refused (naming its flag) before anything is written.
-    from evalfleet.execution.api import check_workers
+    from evalfleet.execution.argument_checks import check_workers
 
     check_workers(args.workers)
     if args.track:  # `--track mlflow:URI` is the override tracking.mlflow.tracking_uri=URI (experiment/tracking.py)
@@ -85,29 +84,42 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.overrides = [*args.overrides, *tracking_flag_overrides(args.track)]
     watchdog = WatchdogConfig.local(stall_timeout=args.stall_timeout, startup_timeout=args.startup_timeout,
                                     max_restarts=args.max_restarts)
-    # With Arena's runner flags the Experiment is loaded here (pipeline.run takes it loaded, overrides applied).
-    # (and with --serve-report, which needs the output folder before the run names it)
-    loaded = args.policy_config is not None or args.continue_on_error or args.serve_report is not None
-    experiment: Any = load_from_args(args, path) if loaded else path
+    # Loaded here, overrides and Arena's runner flags applied (pipeline.run takes it loaded): the runner template
+    # is forked from it at once, before this process imports the pipeline.
+    experiment = load_from_args(args, path)
+    template = runner_template(args, experiment)
     served = None
-    if args.serve_report is not None:
-        from evalfleet.cli.live import ServedReport
-        from evalfleet.execution.output_dir import default_output
-
-        args.output = args.output or str(default_output(experiment))
-        served = ServedReport(args.serve_report, args.output)
     try:
-        result = run(experiment, overrides=() if loaded else args.overrides, output=args.output,
-                     backend=args.backend, workers=args.workers, resume=args.resume, progress=not args.no_progress,
-                     shard_size=args.shard_size, watchdog=watchdog, ray_address=args.ray_address,
-                     fork_runners=getattr(args, "main", None))
+        from evalfleet.execution.pipeline import run
+
+        if args.serve_report is not None:  # it needs the output folder before the run names it
+            from evalfleet.cli.live import ServedReport
+            from evalfleet.execution.output_dir import default_output
+
+            args.output = args.output or str(default_output(experiment))
+            served = ServedReport(args.serve_report, args.output)
+        result = run(experiment, output=args.output, backend=args.backend, workers=args.workers, resume=args.resume,
+                     progress=not args.no_progress, shard_size=args.shard_size, watchdog=watchdog,
+                     ray_address=args.ray_address, fork_runners=getattr(args, "main", None),
+                     runner_template=template)
         print_summary(result)
         if served is not None:
             served.keep_serving()
     finally:
         if served is not None:
             served.stop()
+        if template is not None:
+            template.close()
     return result.exit_code
+
+
+def runner_template(args: argparse.Namespace, loaded: Any) -> Any:
+    """The template the local backend's runners are forked from (execution/runner_template.py), or None."""
+    if args.backend != "local":
+        return None
+    from evalfleet.execution.runner_template import start_runner_template
+
+    return start_runner_template(loaded, getattr(args, "main", None))
 
 
 def print_summary(result: Any) -> None:

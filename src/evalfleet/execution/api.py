@@ -1,7 +1,7 @@
 """The Python API's own checks: `evalfleet.run(...)` and `evalfleet.evaluate(...)` refuse a wrong argument with
 a UserError that names the argument ("evalfleet.run(workers=...): expected an integer >= 1, got '2'"),
-before anything is written. The checks shared with the command line (`check_workers`) take a `where`, so
-that the same rule speaks of `--workers` there and of `workers=...` here.
+before anything is written. The checks shared with the command line (`check_workers`, execution/argument_checks.py)
+take a `where`, so that the same rule speaks of `--workers` there and of `workers=...` here.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import os
 from typing import Any, Callable, Iterable
 
 from evalfleet.errors import UserError
+from evalfleet.execution.argument_checks import check_count, check_workers, shown
 from evalfleet.execution.pipeline import run as pipeline_run
 from evalfleet.execution.pipeline import stderr_log
 from evalfleet.execution.standby import EvalfleetMain
@@ -23,28 +24,9 @@ def argument(function: str, name: str) -> str:
     return f"evalfleet.{function}({name}=...)"
 
 
-def _got(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:57]}..."
-
-
-def check_count(value: Any, *, where: str, key: str | None = None, optional: bool = True) -> int | None:
-    """An integer >= 1 (a bool, float or string is refused), or None when `optional`."""
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UserError(f"expected an integer >= 1, got {_got(value)}", where=where, key=key)
-    return value
-
-
-def check_workers(workers: Any, *, where: str = "command line", key: str | None = "--workers") -> int | None:
-    """The one rule for the number of workers, for `evalfleet run`/`plan` and the Python API."""
-    return check_count(workers, where=where, key=key)
-
-
 def check_flag(value: Any, *, where: str) -> bool:
     if not isinstance(value, bool):
-        raise UserError(f"expected True or False, got {_got(value)}", where=where)
+        raise UserError(f"expected True or False, got {shown(value)}", where=where)
     return value
 
 
@@ -53,15 +35,15 @@ def check_strings(value: Any, *, where: str, what: str, optional: bool = False) 
     if value is None and optional:
         return None
     if isinstance(value, (str, bytes)):
-        raise UserError(f"expected a list of {what}, got the single string {_got(value)} (write [{value!r}])",
+        raise UserError(f"expected a list of {what}, got the single string {shown(value)} (write [{value!r}])",
                         where=where)
     try:
         items = list(value)
     except TypeError:
-        raise UserError(f"expected a list of {what}, got {_got(value)}", where=where) from None
+        raise UserError(f"expected a list of {what}, got {shown(value)}", where=where) from None
     wrong = [item for item in items if not isinstance(item, str)]
     if wrong:
-        raise UserError(f"expected a list of {what}, got {_got(wrong[0])} in it", where=where)
+        raise UserError(f"expected a list of {what}, got {shown(wrong[0])} in it", where=where)
     return items
 
 
@@ -90,7 +72,7 @@ def check_common(function: str, *, experiment: Any, overrides: Any, output: Any,
                         where=argument(function, "watchdog"))
     if not callable(log):
         raise UserError(
-            f"expected a function taking one line of text, got {_got(log)}", where=argument(function, "log")
+            f"expected a function taking one line of text, got {shown(log)}", where=argument(function, "log")
         )
     return listed or []
 
@@ -109,18 +91,18 @@ def run(experiment: str | os.PathLike[str] | LoadedExperiment, *, overrides: Ite
     check_flag(resume, where=argument("run", "resume"))
     check_count(shard_size, where=argument("run", "shard_size"))
     if not isinstance(backend, str):
-        raise UserError(f"expected a backend's name (str), got {_got(backend)}", where=argument("run", "backend"))
+        raise UserError(f"expected a backend's name (str), got {shown(backend)}", where=argument("run", "backend"))
     load_backends()
     if BACKENDS.get(backend) is None:
         raise UserError(f"unknown backend {backend!r}{BACKENDS.suggest(backend)}", where=argument("run", "backend"))
     if ray_address is not None:
         if not isinstance(ray_address, str) or not ray_address:
-            raise UserError(f"expected a Ray address (str) or None, got {_got(ray_address)}",
+            raise UserError(f"expected a Ray address (str) or None, got {shown(ray_address)}",
                             where=argument("run", "ray_address"))
         if backend != "ray":
             raise UserError(f"a Ray address needs backend='ray', not {backend!r}", where=argument("run", "ray_address"))
     if fork_runners is not None and not callable(fork_runners):
-        raise UserError(f"expected the evalfleet command's main or None, got {_got(fork_runners)}",
+        raise UserError(f"expected the evalfleet command's main or None, got {shown(fork_runners)}",
                         where=argument("run", "fork_runners"))
     return pipeline_run(experiment, overrides=listed, output=output, backend=backend, workers=workers, resume=resume,
                         progress=progress, shard_size=shard_size, watchdog=watchdog, ray_address=ray_address, log=log,

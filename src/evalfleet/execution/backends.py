@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterator, Protocol, TextIO
 
 from evalfleet.errors import UserError
+from evalfleet.execution.runner_template import RunnerTemplate
 from evalfleet.execution.standby import EvalfleetMain
 from evalfleet.execution.watchdog import WatchdogConfig
 from evalfleet.experiment.loading import LoadedExperiment
@@ -62,6 +63,9 @@ class ExecutionJob:
     # first attempts may be forked from this process and run it (execution/standby.py). A backend that
     # cannot fork ignores it.
     fork_runners: EvalfleetMain | None = None
+    # ... and, where it could start one, a template process those runners are forked from instead
+    # (execution/runner_template.py): it has imported what they need.
+    runner_template: RunnerTemplate | None = None
 
     def ordered_shards(self) -> list[Shard]:
         return ordered_shards(self.plan)

@@ -115,13 +115,17 @@ class LocalRun:
         self.claim_dir.mkdir(parents=True)
         shards = self.job.ordered_shards()
         results = [WorkerResult(i, shards) for i in range(max(1, min(self.workers, len(shards))))]
-        standbys = self._standby_runners(results)  # forked before any thread exists
+        background = self.job.background_work
+        if background is not None and self.job.runner_template is not None:
+            background()  # nothing is forked here then: it runs while the template finishes its imports
+            background = None
+        standbys = self._standby_runners(results)  # forked here before any thread exists
         threads = [WorkerThread(self._supervise, (r, standbys.get(r.worker))) for r in results]
         self._threads = threads
         for t in threads:
             t.start()
-        if self.job.background_work is not None:  # after the standbys' fork: they need none of it
-            self.job.background_work()
+        if background is not None:  # after the standbys' fork: they need none of it
+            background()
         tracker = ProgressTracker.for_plan(self.out, self.plan)
         try:
             watch_progress(threads, tracker, self.job.show_progress)
@@ -133,13 +137,21 @@ class LocalRun:
         return results
 
     def _standby_runners(self, results: list[WorkerResult]) -> dict[int, StandbyRunner]:
-        """worker → a child forked now to become its first attempt (execution/standby.py), where allowed."""
-        if not self.job.fork_runners or not can_fork():
+        """worker → a child forked now to become its first attempt (execution/standby.py), where allowed: from
+        the job's runner template where it has one that can (execution/runner_template.py), else from here."""
+        template, self.job.runner_template = self.job.runner_template, None  # used once
+        if not self.job.fork_runners or runner_argv(self.worker_command(0, [])) is None:
+            if template is not None:
+                template.close()
             return {}
-        if runner_argv(self.worker_command(0, [])) is None:
+        logs = [worker_file(self.out, r.worker, ".log") for r in results]
+        if template is not None:
+            forked = template.standbys(logs, timeout=self.watchdog.startup_timeout)
+            if forked is not None:
+                return {r.worker: standby for r, standby in zip(results, forked)}
+        if not can_fork():
             return {}
-        return {r.worker: StandbyRunner(worker_file(self.out, r.worker, ".log"), self.job.fork_runners)
-                for r in results}
+        return {r.worker: StandbyRunner(log, self.job.fork_runners) for r, log in zip(results, logs)}
 
     def _supervise(self, result: WorkerResult, standby: StandbyRunner | None = None) -> None:
         log_path = worker_file(self.out, result.worker, ".log")

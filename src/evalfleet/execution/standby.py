@@ -103,8 +103,19 @@ class StandbyRunner:
         pid = os.fork()
         if pid == 0:  # the child: never returns
             os.close(write_end)
-            _wait_and_run(read_end, Path(log_path), main, StandbyRunner._parent_ends)
+            run_when_released(read_end, Path(log_path), main, StandbyRunner._parent_ends)
         os.close(read_end)
+        self._hold(pid, write_end)
+
+    @classmethod
+    def adopted(cls, pid: int, write_end: int) -> StandbyRunner:
+        """A standby another process forked (execution/runner_template.py) that is this process's child now,
+        waiting on the pipe whose write end this is."""
+        standby = cls.__new__(cls)
+        standby._hold(pid, write_end)
+        return standby
+
+    def _hold(self, pid: int, write_end: int) -> None:
         self.pid = pid
         self._write_end: int | None = write_end
         StandbyRunner._parent_ends.append(write_end)
@@ -151,7 +162,7 @@ def _reap(pid: int) -> None:
         pass
 
 
-def _wait_and_run(read_end: int, log_path: Path, main: EvalfleetMain, inherited_ends: list[int]) -> None:
+def run_when_released(read_end: int, log_path: Path, main: EvalfleetMain, inherited_ends: list[int]) -> None:
     """In the forked child: become what a started runner would be, wait for the command, run it, exit."""
     import atexit
 
