@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterator, Protocol, TextIO
 
 from evalfleet.errors import UserError
-from evalfleet.execution.runner_template import RunnerTemplate
 from evalfleet.execution.standby import EvalfleetMain
 from evalfleet.execution.watchdog import WatchdogConfig
 from evalfleet.experiment.loading import LoadedExperiment
@@ -63,9 +62,10 @@ class ExecutionJob:
     # first attempts may be forked from this process and run it (execution/standby.py). A backend that
     # cannot fork ignores it.
     fork_runners: EvalfleetMain | None = None
-    # ... and, where it could start one, a template process those runners are forked from instead
-    # (execution/runner_template.py): it has imported what they need.
-    runner_template: RunnerTemplate | None = None
+    # ... and, where it could start one, a template process those runners are forked from instead, which has
+    # imported what they need (execution/runner_template.RunnerTemplate; not imported here: it imports the runner's
+    # modules, and they import this one).
+    runner_template: Any = None
 
     def ordered_shards(self) -> list[Shard]:
         return ordered_shards(self.plan)
