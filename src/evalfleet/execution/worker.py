@@ -20,7 +20,7 @@ from evalfleet.experiment.plan import Shard, make_plan
 from evalfleet.experiment.validation import require_executable
 from evalfleet.interpreter import drop_working_folder
 from evalfleet.rollout.garbage import GarbageBound
-from evalfleet.rollout.heartbeat import HEARTBEAT_ENV, HeartbeatWriter
+from evalfleet.rollout.heartbeat import HEARTBEAT_ENV, SUPERVISOR_ENV, HeartbeatWriter
 from evalfleet.rollout.runner import run_shards
 from evalfleet.rollout.timings import record_worker_start
 
@@ -48,15 +48,38 @@ def report_spec_mismatches(out: Path, outcomes: list[Any]) -> None:
 
 def _stop_when_orphaned(stop: threading.Event) -> None:
     """A runner whose supervisor died (e.g. SIGKILL of `evalfleet run`) stops instead of writing on
-    behind the back of the next `--resume`."""
+    behind the back of the next `--resume`: when its parent changes, or when the supervisor the watchdog named
+    (EVALFLEET_SUPERVISOR_PID) is gone though the parent is another process — which is how a runner started
+    after its supervisor died finds itself (its parent already init, or a subreaper)."""
     parent = os.getppid()
+    supervisor = _supervisor_pid()
+
+    def orphaned() -> bool:
+        if os.getppid() != parent:
+            return True
+        return supervisor is not None and supervisor != parent and not _alive(supervisor)
 
     def watch() -> None:
         while not stop.wait(0.5):
-            if os.getppid() != parent:
+            if orphaned():
                 stop.set()
 
     threading.Thread(target=watch, daemon=True, name="orphan-check").start()
+
+
+def _supervisor_pid() -> int | None:
+    value = os.environ.get(SUPERVISOR_ENV, "")
+    return int(value) if value.isdigit() and 0 < int(value) < 2**31 else None  # else no pid: not watched
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it exists
+        pass
+    return True
 
 
 def run_worker(experiment: str, output: str | Path, *, overrides: list[str] = (), shards: list[str] = (),

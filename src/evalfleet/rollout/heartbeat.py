@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 HEARTBEAT_ENV = "EVALFLEET_HEARTBEAT"
 ATTEMPT_ENV = "EVALFLEET_ATTEMPT"
+SUPERVISOR_ENV = "EVALFLEET_SUPERVISOR_PID"  # the watchdog's process, which a runner stops without
 STATES = ("starting", "running", "done")
 
 

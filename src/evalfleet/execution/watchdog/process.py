@@ -20,6 +20,7 @@ from evalfleet.execution.watchdog.machine import Finish, Kill, Launch, Terminate
 from evalfleet.rollout.heartbeat import (
     ATTEMPT_ENV,
     HEARTBEAT_ENV,
+    SUPERVISOR_ENV,
     read_heartbeat,
     write_json_atomic,
 )
@@ -213,6 +214,7 @@ class Watchdog:
         env = dict(os.environ if self.env is None else self.env)
         env[HEARTBEAT_ENV] = str(self.heartbeat_path)
         env[ATTEMPT_ENV] = str(attempt)
+        env[SUPERVISOR_ENV] = str(os.getpid())
         env.pop(RESTART_ENV, None)
         ran = [a for a in self.machine.attempts[:-1] if a.pid is not None]
         if ran:  # a relaunch: why the last attempt that ran ended, for the runner to record what it lost
