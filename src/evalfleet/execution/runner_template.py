@@ -1,6 +1,6 @@
-"""A template process for `evalfleet run`'s forked runners: forked once the output folder is prepared, it
-imports the Runs' simulators while `run` plans, and the local backend's standby runners (execution/standby.py)
-are then forked from it instead of from `run`.
+"""A template process for `evalfleet run`'s forked runners: forked by the command as soon as the Experiment is
+loaded, it imports the Runs' simulators while `run` imports the pipeline and plans, and the local backend's standby
+runners (execution/standby.py) are then forked from it instead of from `run`.
 
 A standby forked from `run` itself imports its simulator before its first episode (Meta-World and MuJoCo:
 ~0.45 s of CPU, in every runner, while `run` preloads the report's modules). The template does that once,
@@ -22,12 +22,18 @@ import json
 import os
 import signal
 import socket
-import sys
 import threading
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from evalfleet.execution.standby import EvalfleetMain, StandbyRunner, can_fork, run_when_released
+from evalfleet.execution.standby import (
+    EvalfleetMain,
+    StandbyRunner,
+    can_fork,
+    flush_std_streams,
+    reap,
+    run_when_released,
+)
 
 PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
 MAX_STANDBYS = 250  # fds one request carries (SCM_RIGHTS takes at most 253)
@@ -39,11 +45,7 @@ class RunnerTemplate:
 
     def __init__(self, main: EvalfleetMain, modules: Sequence[str]):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        for stream in (sys.stdout, sys.stderr):  # else what they buffered would be written again by a runner
-            try:
-                stream.flush()
-            except (OSError, ValueError, AttributeError):
-                pass
+        flush_std_streams()
         pid = os.fork()
         if pid == 0:  # never returns
             ours.close()
@@ -82,7 +84,7 @@ class RunnerTemplate:
                 os.close(fd)
             self.close()
             for pid in pids:
-                _reap(pid)
+                reap(pid)
             return None
         return [StandbyRunner.adopted(pid, write_end) for pid, (_, write_end) in zip(pids, pipes)]
 
@@ -97,7 +99,7 @@ class RunnerTemplate:
         if self._socket is not None:
             self._socket.close()
             self._socket = None
-            _reap(self.pid)
+            reap(self.pid)
 
 
 def start_runner_template(loaded: Any, main: EvalfleetMain | None) -> RunnerTemplate | None:
@@ -167,8 +169,3 @@ def _subreaper() -> Iterator[None]:
         yield
     finally:
         libc.prctl(PR_SET_CHILD_SUBREAPER, before.value, 0, 0, 0)
-
-
-def _reap(pid: int) -> None:
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, 0)

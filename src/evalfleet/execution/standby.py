@@ -95,11 +95,7 @@ class StandbyRunner:
 
     def __init__(self, log_path: str | os.PathLike[str], main: EvalfleetMain):
         read_end, write_end = os.pipe()
-        for stream in (sys.stdout, sys.stderr):  # else what they buffered would be written twice
-            try:
-                stream.flush()
-            except (OSError, ValueError, AttributeError):
-                pass
+        flush_std_streams()
         pid = os.fork()
         if pid == 0:  # the child: never returns
             os.close(write_end)
@@ -132,7 +128,7 @@ class StandbyRunner:
                 view = view[os.write(self._require_open(), view):]
         except OSError:  # the child is gone (a closed pipe): reap it; the watchdog starts a fresh process
             self._close()
-            _reap(self.pid)
+            reap(self.pid)
             raise
         self._close()
         return ForkedProcess(self.pid)
@@ -141,7 +137,7 @@ class StandbyRunner:
         if self._write_end is None:
             return
         self._close()  # the child reads an empty message and exits
-        _reap(self.pid)
+        reap(self.pid)
 
     def _require_open(self) -> int:
         if self._write_end is None:
@@ -155,7 +151,17 @@ class StandbyRunner:
             self._write_end = None
 
 
-def _reap(pid: int) -> None:
+def flush_std_streams() -> None:
+    """Before a fork: else what stdout and stderr buffered would be written again by the child."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+
+
+def reap(pid: int) -> None:
+    """Wait for child `pid` to exit (at once if it has), unless it was reaped already."""
     try:
         os.waitpid(pid, 0)
     except ChildProcessError:
