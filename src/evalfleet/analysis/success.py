@@ -13,6 +13,7 @@ from evalfleet.analysis.grouping import UNTAGGED, assign_arms, filter_runs, labe
 from evalfleet.analysis.loading import RecordSet
 from evalfleet.analysis.plots import cells_json, grouped_bar_plot, progress_cells, success_cells, write_json
 from evalfleet.errors import UserError
+from evalfleet.forking import at_once
 from evalfleet.layout import RECORDS_FILE
 from evalfleet.rollout.records import SetAside
 
@@ -80,26 +81,33 @@ def write_collected_plots(runs: list[Any], output: Path, *, where: str) -> Succe
 
 def plot_counts(counts: ArmCounts, output: Path, *, policies: list[str] | None, set_aside: int,
                 title: str | None = None) -> SuccessPlots:
-    """Draw the plots (and write their JSON) from per-Arm counts; `policies` orders the bars (else sorted)."""
+    """Draw the plots (and write their JSON) from per-Arm counts; `policies` orders the bars (else sorted). The
+    average-progress plot is drawn in a forked child while this process draws the success rates, where it may
+    fork (`forking.at_once`; the same picture, byte for byte)."""
     tasks = sorted({arm.task for arm in counts.tallies})
     shown = list(dict.fromkeys(policies)) if policies else sorted({arm.policy for arm in counts.tallies})
     cells = success_cells(counts)
     n = counts.rated
     title = title or f"Success rate with 95% Wilson interval ({n} episodes" + (
         f", {counts.errors} infrastructure errors excluded)" if counts.errors else ")")
-    size = grouped_bar_plot(cells, tasks, shown, output, ylabel="success rate", title=title)
+    progress = progress_cells(counts)
+    progress_image = None
+    others = []
+    if progress:
+        stem = output.stem.replace("success_rates", "average_progress")
+        progress_image = output.with_name((stem if stem != output.stem else stem + "_progress") + output.suffix)
+        progress_title = f"Average progress with 95% interval ({sum(c.n for c in progress.values())} episodes)"
+        others.append(lambda: grouped_bar_plot(progress, tasks, shown, progress_image, ylabel="average progress",
+                                               title=progress_title))
+    size = at_once(lambda: grouped_bar_plot(cells, tasks, shown, output, ylabel="success rate", title=title), others)
     data = output.with_suffix(".json")
     write_json(data, {"kind": "success_rate", "interval": "wilson95", "episodes": n,
                       "excluded_errors": counts.errors, "set_aside": set_aside,
                       "image": str(output), **cells_json(cells, tasks, shown)})
     plots = SuccessPlots(output, data, size, tasks, shown)
-    progress = progress_cells(counts)
-    if progress:
-        stem = output.stem.replace("success_rates", "average_progress")
-        plots.progress_image = output.with_name((stem if stem != output.stem else stem + "_progress") + output.suffix)
-        grouped_bar_plot(progress, tasks, shown, plots.progress_image, ylabel="average progress",
-                         title=f"Average progress with 95% interval ({sum(c.n for c in progress.values())} episodes)")
-        plots.progress_data = plots.progress_image.with_suffix(".json")
+    if progress_image is not None:
+        plots.progress_image = progress_image
+        plots.progress_data = progress_image.with_suffix(".json")
         write_json(plots.progress_data,
                    {"kind": "average_progress", "interval": "normal95", **cells_json(progress, tasks, shown)})
     return plots

@@ -26,14 +26,8 @@ import threading
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from evalfleet.execution.standby import (
-    EvalfleetMain,
-    StandbyRunner,
-    can_fork,
-    flush_std_streams,
-    reap,
-    run_when_released,
-)
+from evalfleet.execution.standby import EvalfleetMain, StandbyRunner, can_fork, run_when_released
+from evalfleet.forking import flush_std_streams, reap
 
 PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
 MAX_STANDBYS = 250  # fds one request carries (SCM_RIGHTS takes at most 253)

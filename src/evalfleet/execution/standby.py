@@ -23,11 +23,11 @@ import json
 import os
 import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Callable, Sequence
 
 from evalfleet.errors import UserError
+from evalfleet.forking import flush_std_streams, fork_allowed, reap
 from evalfleet.interpreter import drop_working_folder, python_command
 from evalfleet.process_exit import exit_now
 
@@ -50,12 +50,7 @@ def fresh_runners_requested() -> bool:
 
 
 def can_fork() -> bool:
-    return (
-        sys.platform.startswith("linux")
-        and hasattr(os, "fork")
-        and threading.active_count() == 1
-        and not fresh_runners_requested()
-    )
+    return fork_allowed() and not fresh_runners_requested()
 
 
 def runner_argv(cmd: Sequence[str]) -> list[str] | None:
@@ -149,23 +144,6 @@ class StandbyRunner:
             os.close(self._write_end)
             StandbyRunner._parent_ends.remove(self._write_end)
             self._write_end = None
-
-
-def flush_std_streams() -> None:
-    """Before a fork: else what stdout and stderr buffered would be written again by the child."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError, AttributeError):
-            pass
-
-
-def reap(pid: int) -> None:
-    """Wait for child `pid` to exit (at once if it has), unless it was reaped already."""
-    try:
-        os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass
 
 
 def run_when_released(read_end: int, log_path: Path, main: EvalfleetMain, inherited_ends: list[int]) -> None:
