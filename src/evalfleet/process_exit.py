@@ -18,19 +18,25 @@ def exit_now(code: int) -> NoReturn:
     import _io
     import atexit
     import gc
+    import itertools
     import threading
 
     for thread in threading.enumerate():
         if thread is not threading.main_thread() and not thread.daemon:
             thread.join()
     atexit._run_exitfuncs()  # what a normal exit runs first (logging.shutdown is one of them)
-    for obj in gc.get_objects():  # files a plugin left open would be flushed by the teardown skipped here
-        # type(), not isinstance(): a weak proxy would forward the check to a referent that may be gone. The C
-        # base every file class derives from, not the io.IOBase ABC: its subclass check costs 3x (~30 ms per exit)
-        if issubclass(type(obj), _io._IOBase):
-            try:
-                if not obj.closed and obj.writable():
-                    obj.flush()
-            except Exception:  # noqa: BLE001 - a reader gone away, a detached buffer: nothing left to save
-                pass
+    # Files a plugin left open would be flushed by the teardown skipped here. Found by their type: type(), not
+    # isinstance(), since a weak proxy would forward the check to a referent that may be gone; the C base every
+    # file class derives from, not the io.IOBase ABC. Each distinct type is checked once and the objects are
+    # picked by C-level iteration: a runner holds ~90,000 objects, and a loop over them in Python costs
+    # ~35 ms of every exit (the last runner's exit is part of how long a run takes).
+    objects = gc.get_objects()
+    file_types = {kind for kind in set(map(type, objects)) if issubclass(kind, _io._IOBase)}
+    for obj in itertools.compress(objects, map(file_types.__contains__, map(type, objects))):
+        try:
+            if not obj.closed and obj.writable():
+                obj.flush()
+        except Exception:  # noqa: BLE001 - a reader gone away, a detached buffer: nothing left to save
+            pass
+    del objects
     os._exit(code)

@@ -147,10 +147,9 @@ class ProgressTracker:
 
 def watch_progress(threads: list[threading.Thread], tracker: ProgressTracker, show: bool = True) -> None:
     """Until every thread has ended: a live bar overall and per Run (done/total, episodes/s, ETA)."""
-    if not show:
+    if not show:  # nothing to show: the logs are not read (at the end that was every record, for nothing)
         for thread in threads:
             thread.join()  # the moment the last worker ends (Ctrl-C still interrupts a join)
-        tracker.poll()
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
