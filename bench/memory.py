@@ -12,7 +12,9 @@ collect and report.
 - collect, report: `evalfleet collect OUT --output OUT --no-report`, then `evalfleet report OUT`, each in a fresh
   process waited for with wait4 (its own ru_maxrss, exact), on synthetic Runs made by bench/collect.py's
   `make_runs` (40 Runs, as runners leave them) at each `--collect-episodes`; the public commands, so this
-  measures whatever collect and report are on the checkout it runs in.
+  measures whatever collect and report are on the checkout it runs in. `collect_child`: the largest peak of
+  collect's children (the second half of the Runs is read in a forked child from 4 MB of records on), from
+  collect's own RUSAGE_CHILDREN at its exit; none where it forked none.
 
 Prints JSON: per role and size, the median and spread of peak RSS (MB) over `--repeats` (`--big-repeats` for
 sizes of 1,000,000 or more), and per role the growth: a least-squares line MB = a + b * episodes (b as KB per
@@ -150,15 +152,30 @@ def waited_peak_mb(command: list[str]) -> float:
     return round(usage.ru_maxrss / 1024, 1)
 
 
-def measure_collect(template: str, work: Path) -> dict[str, float]:
-    """collect (no report), then report, on a fresh copy of the synthetic Runs (the copy not measured)."""
+# `evalfleet` whose largest child's peak RSS (collect forks one for the second half of the Runs) is written, at
+# exit, to the file named by the first argument.
+WITH_CHILDREN_PEAK = [sys.executable, "-c", (
+    "import atexit, resource, sys\n"
+    "from evalfleet.cli import main\n"
+    "path = sys.argv.pop(1)\n"
+    "atexit.register(lambda: open(path, 'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)))\n"
+    "sys.exit(main(sys.argv[1:]))")]
+
+
+def measure_collect(template: str, work: Path) -> dict[str, float | None]:
+    """collect (no report), then report, on a fresh copy of the synthetic Runs (the copy not measured); collect's
+    child (the second half of the Runs, read at the same time) is its own figure, `collect_child`."""
     root = work / "collect"
     shutil.rmtree(root, ignore_errors=True)
     shutil.copytree(template, root)
-    collect = waited_peak_mb([*EVALFLEET, "collect", str(root), "--output", str(root), "--no-report"])
+    children = work / "children_peak_kb"
+    children.unlink(missing_ok=True)
+    collect = waited_peak_mb([*WITH_CHILDREN_PEAK, str(children), "collect", str(root), "--output", str(root),
+                              "--no-report"])
+    child_kb = int(children.read_text()) if children.exists() else 0
     report = waited_peak_mb([*EVALFLEET, "report", str(root)])
     shutil.rmtree(root, ignore_errors=True)
-    return {"collect": collect, "report": report}
+    return {"collect": collect, "collect_child": round(child_kb / 1024, 1) if child_kb else None, "report": report}
 
 
 def growth(sizes: list[int], medians: list[float]) -> dict[str, float] | None:
@@ -224,7 +241,8 @@ def main() -> None:
             collected[n] = [measure_collect(template, work) for _ in range(reps)]
             shutil.rmtree(template, ignore_errors=True)
         if collected:
-            figures["collect_report"] = {"runs": args.runs, **summarise(collected, ("collect", "report"))}
+            figures["collect_report"] = {"runs": args.runs,
+                                         **summarise(collected, ("collect", "collect_child", "report"))}
     emit(figures, machine_before=before)
 
 

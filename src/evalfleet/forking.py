@@ -1,15 +1,18 @@
 """Work in forked children of this process: whether forking is safe here (`fork_allowed`), what to do before a
-fork (`flush_std_streams`) and after (`reap`), and `at_once`: tasks run in children while this process does
-its own share (the end of a run draws its two plots, ~0.1 s each, on two cores instead of one after the other).
+fork (`flush_std_streams`) and after (`reap`); `at_once`: tasks run in children while this process does its own
+share (the end of a run draws its two plots, ~0.1 s each, on two cores instead of one after the other); and
+`in_child`: a task whose result comes back pickled (collect reads the second half of a large Experiment's Runs
+there). Whatever fails in a child is done again by the caller, so errors are raised where they always were.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import sys
 import threading
-from typing import Callable, NoReturn, Sequence, TypeVar
+from typing import Callable, Generic, NoReturn, Sequence, TypeVar
 
 T = TypeVar("T")
 
@@ -67,16 +70,79 @@ def at_once(first: Callable[[], T], others: Sequence[Callable[[], object]]) -> T
 def _run_in_child(task: Callable[[], object]) -> NoReturn:
     code = 1
     try:
-        # Ctrl-C or a TERM for the group ends the child at once; this process redoes nothing then (it is stopping)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, 1)
-        os.dup2(null, 2)
-        os.close(null)
+        _quiet_child()
         task()
         code = 0
     except BaseException:  # noqa: BLE001 - the parent runs the task again and raises what it raises
+        pass
+    finally:
+        os._exit(code)
+
+
+def _quiet_child() -> None:
+    """A child's first step: nothing on stdout or stderr; Ctrl-C or a TERM for the group ends it at once (its
+    parent, stopping too, redoes nothing then)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    os.close(null)
+
+
+class Forked(Generic[T]):
+    """A task running in a forked child (`in_child`); `result()` waits for it and gives what it returned."""
+
+    def __init__(self, task: Callable[[], T]):
+        read_end, write_end = os.pipe()
+        flush_std_streams()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read_end)
+            _return_from_child(task, write_end)
+        os.close(write_end)
+        self.pid, self._read_end = pid, read_end
+
+    def result(self) -> tuple[bool, T | None]:
+        """(True, what the task returned), or (False, None) where it raised or the child died; the child is
+        reaped either way. Call once."""
+        chunks = []
+        with os.fdopen(self._read_end, "rb") as pipe:  # read to the end first: a large result fills the pipe
+            while chunk := pipe.read(1 << 20):
+                chunks.append(chunk)
+        code = reap(self.pid)
+        if code != 0 or not chunks:
+            return False, None
+        try:
+            return True, pickle.loads(b"".join(chunks))
+        except Exception:  # noqa: BLE001 - a torn result is a failed child
+            return False, None
+
+    def discard(self) -> None:
+        """End the child if it still runs and reap it (its result is not wanted)."""
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.close(self._read_end)
+        reap(self.pid)
+
+
+def in_child(task: Callable[[], T]) -> Forked[T] | None:
+    """`task()` started in a forked child, its result to be pickled back (`Forked.result()`), where forking is
+    allowed; else None (run it here). The child writes nothing on stdout or stderr."""
+    return Forked(task) if fork_allowed() else None
+
+
+def _return_from_child(task: Callable[[], object], write_end: int) -> NoReturn:
+    code = 1
+    try:
+        _quiet_child()
+        data = pickle.dumps(task(), protocol=pickle.HIGHEST_PROTOCOL)
+        with os.fdopen(write_end, "wb") as pipe:
+            pipe.write(data)
+        code = 0
+    except BaseException:  # noqa: BLE001 - the parent does the work itself
         pass
     finally:
         os._exit(code)

@@ -18,14 +18,16 @@ URLs are shown masked (secrets.mask_url) in every message; a URL carrying creden
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterator
 
 from evalfleet.arena_format import arena_videos
 from evalfleet.errors import UserError
 from evalfleet.feedback import is_long, track
+from evalfleet.forking import fork_allowed, in_child
 from evalfleet.layout import (EXPERIMENT_FILE, PARTS_DIR, PLOTS_DIR, PROTOCOL_FILE, RECORDS_FILE, REPORT_DATA_DIR,
                               REPORT_FILE, RESULT_FILE, STATUS_FILE, VIDEOS_DIR)
 from evalfleet.outputs.failures import ProtocolCheck, read_protocol
@@ -165,15 +167,17 @@ def stream_runs(names: list[str], found: dict[str, list[RunSource]], staging: St
     never started), stage each one's merged episode_results.jsonl (`merged`) and its episode table for the report
     (`tables`: `report_episodes.episode_script`), and keep only its digest (`run_digest`): memory grows with the
     largest Run, not with the Experiment. `plan`: each Run's planned episodes from experiment.yaml, for Run
-    folders without run_status.json."""
+    folders without run_status.json. Where the records are local, several MB and this process may fork, the
+    second half of the Runs (by bytes) is read at the same time in a forked child (`forking.in_child`): the same
+    files, digests, log lines and errors; a child that fails leaves its Runs to be read here, in order."""
     files = sum(len(_files_to_read(src, merged_only)) for name in names for src in found.get(name, []))
     if is_long(files=files):
         log.info("reading %d record files of %d Runs", files, len(names))
-    ticks = track(range(files), "reading record files", total=files)
-    digests, episodes = [], 0
-    for index, name in enumerate(names):
+
+    def read(index: int, after_file: Any) -> RunDigest:
+        name = names[index]
         planned = (plan or {}).get(name)
-        run = read_run(name, found[name], merged_only=merged_only, after_file=lambda: next(ticks, None),
+        run = read_run(name, found[name], merged_only=merged_only, after_file=after_file,
                        planned=planned) if found.get(name) else _never_started(name, planned)
         if merged:
             with staging.open(join(name, RECORDS_FILE)) as f:
@@ -181,14 +185,97 @@ def stream_runs(names: list[str], found: dict[str, list[RunSource]], staging: St
                     f.write(line.encode("utf-8") + b"\n")
         if tables and run.records:
             staging.write_bytes(script_path(index), episode_script(index, name, run.records))
-        digests.append(digest_run(run, staging.dest))
-        episodes += len(run.records)
-        del run  # the next Run's records replace this one's
+        return digest_run(run, staging.dest)  # the next Run's records replace this one's
+
+    split = _second_half(names, found, staging, merged_only)
+
+    # The sources' Locations the child reads: what each skips (a link out of its folder) is listed in the result.
+    locations = list({id(src.location): src.location for name in names[split:] for src in found.get(name, [])}
+                     .values())
+
+    def second_half() -> tuple[list[RunDigest], list[str], list[tuple[str, int, str]], list[dict[str, str]]]:
+        staged, lines = len(staging.staged()), _LogLines()
+        with lines.captured():
+            digests = [replace(read(index, None), sources=[], dest=None) for index in range(split, len(names))]
+        return digests, staging.staged()[staged:], lines.lines, [loc.skipped for loc in locations]
+
+    child = in_child(second_half) if split < len(names) else None  # before the progress bar, which may be a thread
+    ticks = track(range(files), "reading record files", total=files)
+    digests: list[RunDigest] = []
+    try:
+        for index in range(split if child is not None else len(names)):
+            digests.append(read(index, lambda: next(ticks, None)))
+        if child is not None:
+            done, share = child.result()
+            child = None
+            if done and share is not None:
+                theirs, staged, lines, skipped = share
+                staging.adopt(staged)
+                for loc, entries in zip(locations, skipped):
+                    loc.skipped.update(entries)
+                for line in lines:
+                    logging.getLogger(line[0]).log(line[1], "%s", line[2])
+                digests += [replace(d, sources=found.get(d.name, []), dest=staging.dest) for d in theirs]
+            else:
+                for index in range(split, len(names)):
+                    digests.append(read(index, lambda: next(ticks, None)))
+    finally:
+        if child is not None:
+            child.discard()
     for _ in ticks:  # finish the bar
         pass
+    episodes = sum(d.episodes for d in digests)
     if is_long(files=files, episodes=episodes):
         log.info("merged %d episodes of %d Runs", episodes, len(digests))
     return digests
+
+
+SPLIT_BYTES = 4 << 20  # records from which a forked child's half pays for its fork (~10 ms) and its pickled digests
+
+
+def _second_half(names: list[str], found: dict[str, list[RunSource]], staging: Staging, merged_only: bool) -> int:
+    """Where the Runs a forked child reads begin (by bytes, the first index past half of them); len(names) where
+    none should: fewer than two Runs, records under SPLIT_BYTES, a bucket (its client's threads and connections do
+    not survive a fork), or forking not allowed here."""
+    if len(names) < 2 or not staging.dest.is_local or not fork_allowed():
+        return len(names)
+    sizes = []
+    for name in names:
+        size = 0
+        for src in found.get(name, []):
+            if not src.location.is_local:
+                return len(names)
+            size += sum(src.location.size(rel) or 0 for rel in [*_files_to_read(src, merged_only), *src.arena_files])
+        sizes.append(size)
+    total = sum(sizes)
+    if total < SPLIT_BYTES:
+        return len(names)
+    running = 0
+    for index, size in enumerate(sizes):
+        running += size
+        if running * 2 >= total:
+            return min(index + 1, len(names) - 1)
+    return len(names)
+
+
+class _LogLines(logging.Handler):
+    """evalfleet's log lines in a forked child (whose stderr goes nowhere), for the parent to log again."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[tuple[str, int, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append((record.name, record.levelno, record.getMessage()))
+
+    @contextlib.contextmanager
+    def captured(self) -> Iterator[None]:
+        logger = logging.getLogger("evalfleet")
+        logger.addHandler(self)
+        try:
+            yield
+        finally:
+            logger.removeHandler(self)
 
 
 def work_size(runs: list[Any]) -> dict[str, int]:

@@ -44,6 +44,15 @@ class Staging:
         with self.open(rel) as f:
             f.write(data)
 
+    def staged(self) -> list[str]:
+        """What was staged so far (relative paths, in order); a forked child of the collecting process returns
+        its own share with its result, and the parent `adopt`s it."""
+        return list(self._files)
+
+    def adopt(self, rels: list[str]) -> None:
+        """Files another process staged in this folder, to be committed after those staged here so far."""
+        self._files.extend(rels)
+
     def commit(self) -> None:
         for rel in self._files:
             self.dest.move_in(self.path(rel), rel)
