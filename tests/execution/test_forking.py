@@ -118,3 +118,21 @@ def test_with_another_thread_alive_everything_runs_here(tmp_path):
         print(json.dumps({"order": pids("order"), "parent": parent}))
     """)
     assert got["order"] == [got["parent"]] * 3
+
+
+def test_in_child_returns_what_the_task_returned_or_says_it_failed(tmp_path):
+    got, _ = run_case(tmp_path, """
+        from evalfleet.forking import in_child
+        ok = in_child(lambda: {"pid": os.getpid(), "data": list(range(200_000))})  # more than a pipe holds
+        done, value = ok.result()
+        def broken():
+            raise ValueError("in the child")
+        failed = in_child(broken).result()
+        slow = in_child(lambda: threading.Event().wait())
+        slow.discard()
+        print(json.dumps({"done": done, "pid": value["pid"], "n": len(value["data"]), "parent": parent,
+                          "failed": list(failed), "reaped": [reaped(ok.pid), reaped(slow.pid)]}))
+    """)
+    assert got["done"] and got["pid"] != got["parent"] and got["n"] == 200_000
+    assert got["failed"] == [False, None]
+    assert got["reaped"] == [True, True]
