@@ -42,3 +42,31 @@ def test_cli_exit_codes_and_a_closed_pipe(tmp_path):
     head = subprocess.run(f"{sys.executable} -m evalfleet.cli --help | head -1", shell=True, capture_output=True,
                           text=True, timeout=60)
     assert head.returncode == 0 and head.stderr == ""
+
+
+def test_exit_now_searches_for_files_only_where_one_may_be_open_for_writing(tmp_path):
+    """The search of every object for open files (45-60 ms in a runner) runs only where a descriptor besides 0-2 is
+    open for writing; stdout and stderr are flushed either way."""
+    code = """
+import gc, os, sys
+from evalfleet.cli import exit_now
+searched = gc.get_objects
+def watched(*args):
+    sys.stdout.write("searched\\n")
+    return searched(*args)
+gc.get_objects = watched
+reader = open(sys.argv[1])  # open for reading only: nothing to flush
+if sys.argv[2] == "pipe":
+    read_end, write_end = os.pipe()  # a descriptor open for writing
+print("to stdout", flush=False)
+sys.stderr.write("to stderr")
+exit_now(3)
+"""
+    readable = tmp_path / "readable.txt"
+    readable.write_text("x")
+    for case, searched in (("none", False), ("pipe", True)):
+        proc = subprocess.run([sys.executable, "-c", code, str(readable), case], capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 3, proc.stderr
+        assert proc.stdout.startswith("to stdout\n") and proc.stderr == "to stderr"
+        assert ("searched" in proc.stdout) is searched, (case, proc.stdout)
