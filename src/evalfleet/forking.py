@@ -24,11 +24,13 @@ def fork_allowed() -> bool:
 
 
 def flush_std_streams() -> None:
-    """Before a fork: else what stdout and stderr buffered would be written again by the child."""
-    for stream in (sys.stdout, sys.stderr):
+    """Write out what stdout and stderr (and the originals they may have replaced) buffered: before a fork, else
+    the child would write it again; before `os._exit`, else it is lost."""
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         try:
-            stream.flush()
-        except (OSError, ValueError, AttributeError):
+            if stream is not None:
+                stream.flush()
+        except Exception:  # noqa: BLE001 - a reader gone away, a detached buffer: nothing left to write
             pass
 
 
@@ -67,13 +69,19 @@ def at_once(first: Callable[[], T], others: Sequence[Callable[[], object]]) -> T
     return result
 
 
-def _run_in_child(task: Callable[[], object]) -> NoReturn:
+def _run_in_child(task: Callable[[], object], result_fd: int | None = None) -> NoReturn:
+    """In the forked child: quiet, run `task` (its result pickled to `result_fd` when given), exit 0, or 1 where
+    anything failed (the parent then does the work itself and raises what it raises)."""
     code = 1
     try:
         _quiet_child()
-        task()
+        result = task()
+        if result_fd is not None:
+            data = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+            with os.fdopen(result_fd, "wb") as pipe:
+                pipe.write(data)
         code = 0
-    except BaseException:  # noqa: BLE001 - the parent runs the task again and raises what it raises
+    except BaseException:  # noqa: BLE001 - see above
         pass
     finally:
         os._exit(code)
@@ -99,7 +107,7 @@ class Forked(Generic[T]):
         pid = os.fork()
         if pid == 0:
             os.close(read_end)
-            _return_from_child(task, write_end)
+            _run_in_child(task, write_end)
         os.close(write_end)
         self.pid, self._read_end = pid, read_end
 
@@ -132,17 +140,3 @@ def in_child(task: Callable[[], T]) -> Forked[T] | None:
     """`task()` started in a forked child, its result to be pickled back (`Forked.result()`), where forking is
     allowed; else None (run it here). The child writes nothing on stdout or stderr."""
     return Forked(task) if fork_allowed() else None
-
-
-def _return_from_child(task: Callable[[], object], write_end: int) -> NoReturn:
-    code = 1
-    try:
-        _quiet_child()
-        data = pickle.dumps(task(), protocol=pickle.HIGHEST_PROTOCOL)
-        with os.fdopen(write_end, "wb") as pipe:
-            pipe.write(data)
-        code = 0
-    except BaseException:  # noqa: BLE001 - the parent does the work itself
-        pass
-    finally:
-        os._exit(code)

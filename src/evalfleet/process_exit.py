@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-import sys
 from typing import NoReturn
+
+from evalfleet.forking import flush_std_streams
 
 # A runner's step that stopped it because its policy server moved to a new address (EX_TEMPFAIL): the watchdog
 # starts it again, rewired; the episodes it had in flight are `server_lost` (rollout/inflight.py).
@@ -23,12 +24,7 @@ def exit_now(code: int) -> NoReturn:
         if thread is not threading.main_thread() and not thread.daemon:
             thread.join()
     atexit._run_exitfuncs()  # what a normal exit runs first (logging.shutdown is one of them)
-    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
-        try:
-            if stream is not None:
-                stream.flush()
-        except Exception:  # noqa: BLE001 - a reader gone away, a detached buffer: nothing left to save
-            pass
+    flush_std_streams()
     if _other_files_open_for_writing():
         _flush_open_files()
     os._exit(code)
