@@ -34,6 +34,18 @@ def plugin_env(**extra: str) -> dict[str, str]:
     return env
 
 
+# Lines for a test's Python script: every os.fork() of the process is counted in `forks` (a list: one item a fork).
+COUNT_FORKS = """
+import os
+forks = []
+_fork = os.fork
+def _counted_fork():
+    forks.append(1)
+    return _fork()
+os.fork = _counted_fork
+"""
+
+
 def process_gone(pid: int, timeout: float = 20.0) -> bool:
     """Whether process `pid` has exited (gone, or a zombie) within `timeout` seconds."""
     deadline = time.monotonic() + timeout

@@ -9,6 +9,7 @@ import tarfile
 from pathlib import Path
 
 from analysis_synth import assert_real_image
+from evalfleet_testkit import COUNT_FORKS
 from evalfleet.analysis.plots import plot_size_px
 from evalfleet.analysis.stats import wilson_interval
 from evalfleet.cli import main
@@ -79,15 +80,9 @@ def test_plot_size_grows_with_tasks(tmp_path: Path) -> None:
 def test_plots_drawn_at_once_are_the_plots_drawn_one_after_the_other(evalfleet_output: Path, tmp_path: Path) -> None:
     """`evalfleet plot` draws average progress in a forked child while it draws the success rates
     (forking.at_once); with a thread alive it draws both itself. The files are the same, byte for byte."""
-    script = """
-import os, sys, threading
+    script = COUNT_FORKS + """
+import sys, threading
 from evalfleet.cli import main
-forks = []
-fork = os.fork
-def counted():
-    forks.append(1)
-    return fork()
-os.fork = counted
 if sys.argv[2] == "thread":
     release = threading.Event()
     threading.Thread(target=release.wait, daemon=True).start()

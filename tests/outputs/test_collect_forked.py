@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from evalfleet_testkit import COUNT_FORKS
+
 SCRIPT = """
 import json, logging, os, sys, threading
 import evalfleet.outputs.collect as collect
@@ -20,12 +22,6 @@ from evalfleet.errors import UserError
 src, out, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 collect.SPLIT_BYTES = 0
 logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
-forks = []
-fork = os.fork
-def counted():
-    forks.append(1)
-    return fork()
-os.fork = counted
 parent = os.getpid()
 if mode == "thread":  # another thread alive: nothing is forked, every Run is read here
     threading.Thread(target=threading.Event().wait, daemon=True).start()
@@ -70,7 +66,7 @@ def make_source(root: Path, runs: int = 6, episodes: int = 40) -> Path:
 
 
 def collect_in(src: Path, out: Path, mode: str) -> tuple[dict, str]:
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(src), str(out), mode], capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", COUNT_FORKS + SCRIPT, str(src), str(out), mode], capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
