@@ -108,26 +108,28 @@ class HeartbeatWriter:
         if self.path is None:
             return False
         now = self._clock()
-        state_changed = self._written is None or self._written[2] != self.state
-        due = self._last_write is None or now - self._last_write >= self.min_interval
-        if not (force or state_changed or due):
+        if not (force or self._due(now)):
             return False
         self._write(now)
         return True
 
     def advance(self, *, steps: int = 0, episodes: int = 0) -> bool:
-        """Add progress to the running totals; write the file if due. `beat` without a state, cut to what a step
-        needs (the runner calls it after every step): a clock read and one comparison while no write is due."""
+        """Add progress to the running totals; write the file if due. `beat` without its argument handling: the
+        runner calls it after every step."""
         self.steps += steps
         self.episodes += episodes
         if self.path is None:
             return False
         now = self._clock()
-        written, last = self._written, self._last_write
-        if written is not None and last is not None and written[2] == self.state and now - last < self.min_interval:
+        if not self._due(now):
             return False
         self._write(now)
         return True
+
+    def _due(self, now: float) -> bool:
+        """A write is due: the state changed since the last one (or none was made), or `min_interval` passed."""
+        written, last = self._written, self._last_write
+        return written is None or written[2] != self.state or last is None or now - last >= self.min_interval
 
     def flush(self) -> bool:
         """Write now if the recorded counters differ from what was last written."""

@@ -36,42 +36,44 @@ def _as_slice(indices: "list[int] | np.ndarray") -> "slice | np.ndarray":
     return np.array(indices, dtype=int)
 
 
-_BAD_COUNTS = _as_slice(_BAD)
-
-
 class PhysicsWatch:
     """`reset(data)` at the episode's start; `check(step)` after each step raises PhysicsError when MuJoCo saw a
     bad state since, or qpos/qvel are non-finite now. The counters and arrays are live views of `data`, taken once
-    per episode, and a step compares the counters' bytes with those it last saw (~0.6 % of a Meta-World step)."""
+    per episode, and a step compares all of MuJoCo's warning counters' bytes with those it last saw (~0.6 % of a
+    Meta-World step); only when they differ does it look at the three bad-state ones."""
 
     __slots__ = ("_counts", "_qpos", "_qvel", "_seen", "_seen_bytes")
 
     def __init__(self) -> None:
-        self._counts = np.zeros(len(_BAD), dtype=np.int32)  # before the first reset: no counter seen yet
+        self._counts = np.zeros(int(mujoco.mjtWarning.mjNWARNING), dtype=np.int32)  # before the first reset
         self._qpos = self._qvel = np.zeros(0)
         self._seen = 0
         self._seen_bytes = self._counts.tobytes()
 
     def reset(self, data: Any) -> None:
-        self._counts = data.warning.number[_BAD_COUNTS]
+        self._counts = data.warning.number  # every warning's counter, a live view
         self._qpos, self._qvel = data.qpos, data.qvel
         self._remember()
 
+    def _bad(self) -> list[int]:
+        numbers = self._counts.tolist()
+        return [numbers[i] for i in _BAD]
+
     def _remember(self) -> None:
         self._seen_bytes = self._counts.tobytes()
-        self._seen = sum(self._counts.tolist())
+        self._seen = sum(self._bad())
 
     def check(self, step: int) -> None:
         # Python's sum of the values as a list: cheaper between MuJoCo's steps than a numpy or MuJoCo call.
         finite = math.isfinite(sum(self._qpos.tolist()) + sum(self._qvel.tolist()))
         if finite and self._counts.tobytes() == self._seen_bytes:
             return  # the usual step: nothing counted since
-        count = sum(self._counts.tolist())
-        if finite and count <= self._seen:
-            self._remember()  # lower: the env cleared the counters (dm_control does before every step)
+        bad = self._bad()
+        if finite and sum(bad) <= self._seen:
+            self._remember()  # another warning, or lower: the env cleared the counters (dm_control does every step)
             return
         self._remember()
-        which = [name for number, name in zip(self._counts.tolist(), ("qpos", "qvel", "qacc")) if number]
+        which = [name for number, name in zip(bad, ("qpos", "qvel", "qacc")) if number]
         raise PhysicsError(f"the simulation became unstable at step {step}: non-finite or huge "
                            f"{', '.join(which or ['qpos/qvel'])} (MuJoCo reset its state); the episode cannot go on")
 
@@ -83,22 +85,20 @@ class ObjectWatch:
 
     def __init__(self, model: Any, effector: Callable[[Any], np.ndarray] | None = None):
         self.bodies = np.array(sorted({int(model.jnt_bodyid[j]) for j in free_joints(model)}), dtype=int)
-        self._pick = _as_slice(self.bodies)  # a slice where it can: the heights are then a live view of xpos
+        self._pick = _as_slice(self.bodies)  # a slice where it can: each step reads a view of xpos, not a copy
         self._effector = effector
         self._start = np.zeros(len(self.bodies))
         self._highest: list[float] = self._start.tolist()
         self.reached = False
         self._xpos = np.zeros((0, 3))
         self._z = self._xpos[:, 2]
-        self._now: np.ndarray | None = None  # the live view of the heights, where `_pick` is a slice
 
     def _heights(self) -> np.ndarray:
-        return self._z[self._pick] if self._now is None else self._now.copy()
+        return np.array(self._z[self._pick])  # a copy (a slice alone would be a live view)
 
     def reset(self, data: Any) -> None:
         self._xpos = data.xpos  # live views, taken once per episode
         self._z = self._xpos[:, 2]
-        self._now = self._z[self._pick] if isinstance(self._pick, slice) else None
         self._start = self._heights()
         self._highest = self._start.tolist()
         self.reached = False
@@ -113,7 +113,7 @@ class ObjectWatch:
         # A handful of floats: Python's max of a list is several times cheaper than a numpy call between two
         # simulator steps, which leave numpy's code out of the caches (a NaN height never gets here: PhysicsWatch
         # raises first).
-        now = (self._z[self._pick] if self._now is None else self._now).tolist()
+        now = self._z[self._pick].tolist()
         self._highest = [high if high >= z else z for high, z in zip(self._highest, now)]
         if self._effector is not None:
             self._near(data)
