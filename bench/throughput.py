@@ -8,6 +8,14 @@ Meta-World episodes with the same experts and writes nothing, and their ratio (t
 in `--repeats` interleaved pairs (plain, evalfleet; evalfleet, plain; ...) after one untimed round of each on a
 single episode per task: median and spread of each figure and of the pairwise ratio, with the machine's cores and
 load average. Both sides keep compiled bytecode as an installed copy does (`_common.cache_bytecode`).
+
+    python bench/throughput.py --side-by-side [--episodes-per-task 125] [--repeats 9]
+
+runs the two at the same time instead, one worker each, each side's processes (evalfleet's driver, watchdog and
+runner alike) held to a core of its own, the cores swapped every repeat. On a shared VM whose speed moves by tens of
+per cent within minutes, two sides measured one after the other differ by the minute they ran in as much as by
+their code; side by side they share it, and each pair's ratio is the code's. It needs two cores that are not
+siblings of one core (each side then has one to itself); the plain side is one process looping in place.
 """
 
 from __future__ import annotations
@@ -15,9 +23,11 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,12 +82,61 @@ def plain_worker(items: list[tuple[str, int]]) -> tuple[int, int, float, float]:
     return successes, steps, min(ends), max(ends)
 
 
+def plain_process(items_path: str) -> None:
+    """The plain side of --side-by-side: one process stepping the episodes listed in `items_path` in place."""
+    successes, steps, first, last = plain_worker([tuple(x) for x in json.loads(Path(items_path).read_text())])
+    print(json.dumps({"successes": successes, "steps": steps, "first": first, "last": last}))
+
+
+def timed_process(cmd: list[str], core: int) -> tuple[float, float, subprocess.CompletedProcess]:
+    """(time.time() at the start, seconds start to exit, the process) of `cmd` run on `core` alone; what it starts
+    inherits the core."""
+    wall0, t0 = time.time(), time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=lambda: os.sched_setaffinity(0, {core}))
+    return wall0, time.perf_counter() - t0, proc
+
+
+def at_the_same_time(*calls):
+    """Each call in a thread of its own, all started together; their results in order. What one raises (a
+    side's `sys.exit` too) is raised here once all have ended."""
+    results: list = [None] * len(calls)
+    raised: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            results[i] = calls[i]()
+        except BaseException as exc:  # noqa: BLE001 - raised again in the calling thread
+            raised.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if raised:
+        raise raised[0]
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--episodes-per-task", type=int, default=250)
+    parser.add_argument("--episodes-per-task", type=int, default=None,
+                        help="default 250, with --side-by-side 125 (one worker a side)")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--side-by-side", action="store_true",
+                        help="both sides at once, one worker each on a core of its own, the cores swapped each repeat")
+    parser.add_argument("--plain-process", metavar="ITEMS_JSON", help=argparse.SUPPRESS)
     add_repeat_arg(parser)
     args = parser.parse_args()
+    if args.plain_process:
+        return plain_process(args.plain_process)
+    if args.side_by_side:
+        cores = sorted(os.sched_getaffinity(0))
+        if len(cores) < 2:
+            sys.exit("--side-by-side needs two usable cores")
+        args.workers, cores = 1, cores[:2]
+    if args.episodes_per_task is None:
+        args.episodes_per_task = 125 if args.side_by_side else 250
     before = machine()
 
     from evalfleet.experiment.loading import load_experiment
@@ -110,12 +169,16 @@ def main() -> None:
             return Timed(seconds, sum(p[0] for p in parts), min(p[2] for p in parts) - wall0,
                          max(p[3] for p in parts) - wall0, len(items))
 
-        def evalfleet(exp_path: Path = exp_path) -> Timed:
+        def evalfleet(exp_path: Path = exp_path, core: int | None = None) -> Timed:
             out = Path(tempfile.mkdtemp(dir=tmp)) / "out"
-            t0, wall0 = time.perf_counter(), time.time()
-            proc = subprocess.run([sys.executable, "-m", "evalfleet.cli", "run", str(exp_path), "--output", str(out),
-                                   "--workers", str(args.workers), "--no-progress"], capture_output=True, text=True)
-            seconds = time.perf_counter() - t0
+            cmd = [sys.executable, "-m", "evalfleet.cli", "run", str(exp_path), "--output", str(out),
+                   "--workers", str(args.workers), "--no-progress"]
+            if core is None:
+                t0, wall0 = time.perf_counter(), time.time()
+                proc = subprocess.run(cmd, capture_output=True, text=True)
+                seconds = time.perf_counter() - t0
+            else:
+                wall0, seconds, proc = timed_process(cmd, core)
             if proc.returncode != 0:
                 sys.exit(f"evalfleet run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
             result = json.loads((out / "experiment_result.json").read_text())
@@ -124,14 +187,35 @@ def main() -> None:
             return Timed(seconds, sum(r["counts"]["success"] for r in result["runs"].values()), min(ends) - wall0,
                          max(ends) - wall0, len(ends))
 
-        plain(episode_list(warm_path)), evalfleet(warm_path)  # untimed: bytecode cached, files in the page cache
-        plain_runs, ef_runs = interleaved(plain, evalfleet, args.repeats)
+        def plain_alone(items: list[tuple[str, int]], core: int) -> Timed:
+            listed = Path(tempfile.mkdtemp(dir=tmp)) / "items.json"
+            listed.write_text(json.dumps(items))
+            wall0, seconds, proc = timed_process([sys.executable, __file__, "--plain-process", str(listed)], core)
+            if proc.returncode != 0:
+                sys.exit(f"the plain loop failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+            done = json.loads(proc.stdout)
+            return Timed(seconds, done["successes"], done["first"] - wall0, done["last"] - wall0, len(items))
+
+        if args.side_by_side:
+            plain_runs, ef_runs = [], []
+            warm_items = episode_list(warm_path)
+            at_the_same_time(lambda: plain_alone(warm_items, cores[0]), lambda: evalfleet(warm_path, cores[1]))
+            for i in range(args.repeats):  # the cores swapped every repeat: neither side keeps the better one
+                plain_core, ef_core = cores if i % 2 == 0 else cores[::-1]
+                p, e = at_the_same_time(lambda: plain_alone(items, plain_core), lambda: evalfleet(exp_path, ef_core))
+                plain_runs.append(p)
+                ef_runs.append(e)
+        else:
+            plain(episode_list(warm_path)), evalfleet(warm_path)  # untimed: bytecode cached, files in the page cache
+            plain_runs, ef_runs = interleaved(plain, evalfleet, args.repeats)
 
     plain_s, ef_s = [t.seconds for t in plain_runs], [t.seconds for t in ef_runs]
     report = {
         "episodes": total,
         "workers": args.workers,
         "repeats": args.repeats,
+        "mode": ("side by side, a core each, swapped each repeat" if args.side_by_side
+                 else "interleaved, one after the other"),
         "evalfleet_s": spread(ef_s, 2),
         "evalfleet_episodes_per_s": spread([total / t for t in ef_s], 2),
         "plain_loop_s": spread(plain_s, 2),
