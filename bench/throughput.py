@@ -16,6 +16,11 @@ runner alike) held to a core of its own, the cores swapped every repeat. On a sh
 per cent within minutes, two sides measured one after the other differ by the minute they ran in as much as by
 their code; side by side they share it, and each pair's ratio is the code's. It needs two cores that are not
 siblings of one core (each side then has one to itself); the plain side is one process looping in place.
+
+    python bench/throughput.py --side-by-side --against OTHER/src
+
+puts another evalfleet source tree (a checkout's `src`, e.g. main before a change) where the plain loop was: the
+ratio is then the other tree's time / this one's, and the same tree on both sides gives 1 within about a per cent.
 """
 
 from __future__ import annotations
@@ -88,11 +93,13 @@ def plain_process(items_path: str) -> None:
     print(json.dumps({"successes": successes, "steps": steps, "first": first, "last": last}))
 
 
-def timed_process(cmd: list[str], core: int) -> tuple[float, float, subprocess.CompletedProcess]:
+def timed_process(cmd: list[str], core: int, env: dict[str, str] | None = None
+                  ) -> tuple[float, float, subprocess.CompletedProcess]:
     """(time.time() at the start, seconds start to exit, the process) of `cmd` run on `core` alone; what it starts
     inherits the core."""
     wall0, t0 = time.time(), time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=lambda: os.sched_setaffinity(0, {core}))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                          preexec_fn=lambda: os.sched_setaffinity(0, {core}))
     return wall0, time.perf_counter() - t0, proc
 
 
@@ -125,11 +132,15 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--side-by-side", action="store_true",
                         help="both sides at once, one worker each on a core of its own, the cores swapped each repeat")
+    parser.add_argument("--against", metavar="SRC", type=Path,
+                        help="with --side-by-side: evalfleet from this source tree instead of the plain loop")
     parser.add_argument("--plain-process", metavar="ITEMS_JSON", help=argparse.SUPPRESS)
     add_repeat_arg(parser)
     args = parser.parse_args()
     if args.plain_process:
         return plain_process(args.plain_process)
+    if args.against is not None and not (args.side_by_side and (args.against / "evalfleet").is_dir()):
+        sys.exit("--against SRC needs --side-by-side and a folder holding the evalfleet package (a checkout's src)")
     if args.side_by_side:
         cores = sorted(os.sched_getaffinity(0))
         if len(cores) < 2:
@@ -169,7 +180,7 @@ def main() -> None:
             return Timed(seconds, sum(p[0] for p in parts), min(p[2] for p in parts) - wall0,
                          max(p[3] for p in parts) - wall0, len(items))
 
-        def evalfleet(exp_path: Path = exp_path, core: int | None = None) -> Timed:
+        def evalfleet(exp_path: Path = exp_path, core: int | None = None, source: Path | None = None) -> Timed:
             out = Path(tempfile.mkdtemp(dir=tmp)) / "out"
             cmd = [sys.executable, "-m", "evalfleet.cli", "run", str(exp_path), "--output", str(out),
                    "--workers", str(args.workers), "--no-progress"]
@@ -178,7 +189,8 @@ def main() -> None:
                 proc = subprocess.run(cmd, capture_output=True, text=True)
                 seconds = time.perf_counter() - t0
             else:
-                wall0, seconds, proc = timed_process(cmd, core)
+                env = None if source is None else {**os.environ, "PYTHONPATH": str(source.resolve())}
+                wall0, seconds, proc = timed_process(cmd, core, env)
             if proc.returncode != 0:
                 sys.exit(f"evalfleet run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
             result = json.loads((out / "experiment_result.json").read_text())
@@ -196,13 +208,17 @@ def main() -> None:
             done = json.loads(proc.stdout)
             return Timed(seconds, done["successes"], done["first"] - wall0, done["last"] - wall0, len(items))
 
+        def other(path: Path, core: int) -> Timed:  # the side evalfleet is measured against
+            if args.against is not None:
+                return evalfleet(path, core, args.against)
+            return plain_alone(episode_list(path) if path == warm_path else items, core)
+
         if args.side_by_side:
             plain_runs, ef_runs = [], []
-            warm_items = episode_list(warm_path)
-            at_the_same_time(lambda: plain_alone(warm_items, cores[0]), lambda: evalfleet(warm_path, cores[1]))
+            at_the_same_time(lambda: other(warm_path, cores[0]), lambda: evalfleet(warm_path, cores[1]))
             for i in range(args.repeats):  # the cores swapped every repeat: neither side keeps the better one
                 plain_core, ef_core = cores if i % 2 == 0 else cores[::-1]
-                p, e = at_the_same_time(lambda: plain_alone(items, plain_core), lambda: evalfleet(exp_path, ef_core))
+                p, e = at_the_same_time(lambda: other(exp_path, plain_core), lambda: evalfleet(exp_path, ef_core))
                 plain_runs.append(p)
                 ef_runs.append(e)
         else:
@@ -210,6 +226,7 @@ def main() -> None:
             plain_runs, ef_runs = interleaved(plain, evalfleet, args.repeats)
 
     plain_s, ef_s = [t.seconds for t in plain_runs], [t.seconds for t in ef_runs]
+    base = "plain_loop" if args.against is None else "against"  # the other side's name in the figures
     report = {
         "episodes": total,
         "workers": args.workers,
@@ -218,19 +235,19 @@ def main() -> None:
                  else "interleaved, one after the other"),
         "evalfleet_s": spread(ef_s, 2),
         "evalfleet_episodes_per_s": spread([total / t for t in ef_s], 2),
-        "plain_loop_s": spread(plain_s, 2),
-        "plain_loop_episodes_per_s": spread([total / t for t in plain_s], 2),
-        "ratio": spread(ratios(plain_s, ef_s), 3),  # plain time / evalfleet time, pair by pair
-        "target_ratio": 0.95,
+        f"{base}_s": spread(plain_s, 2),
+        f"{base}_episodes_per_s": spread([total / t for t in plain_s], 2),
+        "ratio": spread(ratios(plain_s, ef_s), 3),  # plain (or --against) time / evalfleet time, pair by pair
+        **({"target_ratio": 0.95} if args.against is None else {"against": str(args.against.resolve())}),
         # Where the difference lies: the fixed costs (start to the first episode's end, the last episode's end to
         # the exit), and episodes/s between the first and the last episode's end, evalfleet / plain pair by pair.
         "evalfleet_before_first_episode_s": spread([t.first for t in ef_runs], 3),
-        "plain_loop_before_first_episode_s": spread([t.first for t in plain_runs], 3),
+        f"{base}_before_first_episode_s": spread([t.first for t in plain_runs], 3),
         "evalfleet_after_last_episode_s": spread([t.seconds - t.last for t in ef_runs], 3),
-        "plain_loop_after_last_episode_s": spread([t.seconds - t.last for t in plain_runs], 3),
+        f"{base}_after_last_episode_s": spread([t.seconds - t.last for t in plain_runs], 3),
         "steady_ratio": spread([e.steady_rate / p.steady_rate for p, e in zip(plain_runs, ef_runs)], 3),
         "successes": {"evalfleet": sorted({t.successes for t in ef_runs}),
-                      "plain_loop": sorted({t.successes for t in plain_runs})},
+                      base: sorted({t.successes for t in plain_runs})},
         **bytecode,
     }
     emit(report, machine_before=before)
