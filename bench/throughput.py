@@ -50,6 +50,7 @@ class Timed:
     first: float  # seconds from the start to the first episode's end
     last: float  # ... to the last episode's end
     episodes: int
+    cpu: float | None = None  # CPU seconds of the side's processes, where measured (--side-by-side)
 
     @property
     def steady_rate(self) -> float:
@@ -94,13 +95,22 @@ def plain_process(items_path: str) -> None:
 
 
 def timed_process(cmd: list[str], core: int, env: dict[str, str] | None = None
-                  ) -> tuple[float, float, subprocess.CompletedProcess]:
-    """(time.time() at the start, seconds start to exit, the process) of `cmd` run on `core` alone; what it starts
-    inherits the core."""
-    wall0, t0 = time.time(), time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
-                          preexec_fn=lambda: os.sched_setaffinity(0, {core}))
-    return wall0, time.perf_counter() - t0, proc
+                  ) -> tuple[float, float, float, subprocess.CompletedProcess]:
+    """(time.time() at the start, seconds start to exit, CPU seconds, the process) of `cmd` run on `core` alone;
+    what it starts inherits the core. The CPU seconds are its own and those of every process it waited for (Linux's
+    wait4: evalfleet's template, runners and plot child, all reaped by `run`)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        wall0, t0 = time.time(), time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env,
+                                preexec_fn=lambda: os.sched_setaffinity(0, {core}))
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
+        out.seek(0)
+        err.seek(0)
+        done = subprocess.CompletedProcess(cmd, proc.returncode, out.read().decode(errors="replace"),
+                                           err.read().decode(errors="replace"))
+    return wall0, seconds, usage.ru_utime + usage.ru_stime, done
 
 
 def at_the_same_time(*calls):
@@ -184,29 +194,30 @@ def main() -> None:
             out = Path(tempfile.mkdtemp(dir=tmp)) / "out"
             cmd = [sys.executable, "-m", "evalfleet.cli", "run", str(exp_path), "--output", str(out),
                    "--workers", str(args.workers), "--no-progress"]
+            cpu = None
             if core is None:
                 t0, wall0 = time.perf_counter(), time.time()
                 proc = subprocess.run(cmd, capture_output=True, text=True)
                 seconds = time.perf_counter() - t0
             else:
                 env = None if source is None else {**os.environ, "PYTHONPATH": str(source.resolve())}
-                wall0, seconds, proc = timed_process(cmd, core, env)
+                wall0, seconds, cpu, proc = timed_process(cmd, core, env)
             if proc.returncode != 0:
                 sys.exit(f"evalfleet run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
             result = json.loads((out / "experiment_result.json").read_text())
             ends = [json.loads(line)["timestamp"] for run in result["runs"]
                     for line in (out / run / "episode_results.jsonl").read_text().splitlines() if line.strip()]
             return Timed(seconds, sum(r["counts"]["success"] for r in result["runs"].values()), min(ends) - wall0,
-                         max(ends) - wall0, len(ends))
+                         max(ends) - wall0, len(ends), cpu)
 
         def plain_alone(items: list[tuple[str, int]], core: int) -> Timed:
             listed = Path(tempfile.mkdtemp(dir=tmp)) / "items.json"
             listed.write_text(json.dumps(items))
-            wall0, seconds, proc = timed_process([sys.executable, __file__, "--plain-process", str(listed)], core)
+            wall0, seconds, cpu, proc = timed_process([sys.executable, __file__, "--plain-process", str(listed)], core)
             if proc.returncode != 0:
                 sys.exit(f"the plain loop failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
             done = json.loads(proc.stdout)
-            return Timed(seconds, done["successes"], done["first"] - wall0, done["last"] - wall0, len(items))
+            return Timed(seconds, done["successes"], done["first"] - wall0, done["last"] - wall0, len(items), cpu)
 
         def other(path: Path, core: int) -> Timed:  # the side evalfleet is measured against
             if args.against is not None:
@@ -246,6 +257,11 @@ def main() -> None:
         "evalfleet_after_last_episode_s": spread([t.seconds - t.last for t in ef_runs], 3),
         f"{base}_after_last_episode_s": spread([t.seconds - t.last for t in plain_runs], 3),
         "steady_ratio": spread([e.steady_rate / p.steady_rate for p, e in zip(plain_runs, ef_runs)], 3),
+        # Side by side, each side's CPU seconds (all its processes) and their ratio, other / evalfleet pair by pair:
+        # where the wall ratio falls short of the CPU ratio, a side waited (for a disk, a pipe, a poll).
+        **({"evalfleet_cpu_s": spread([e.cpu for e in ef_runs], 2),
+            f"{base}_cpu_s": spread([p.cpu for p in plain_runs], 2),
+            "cpu_ratio": spread([p.cpu / e.cpu for p, e in zip(plain_runs, ef_runs)], 3)} if args.side_by_side else {}),
         "successes": {"evalfleet": sorted({t.successes for t in ef_runs}),
                       base: sorted({t.successes for t in plain_runs})},
         **bytecode,
