@@ -21,6 +21,13 @@ siblings of one core (each side then has one to itself); the plain side is one p
 
 puts another evalfleet source tree (a checkout's `src`, e.g. main before a change) where the plain loop was: the
 ratio is then the other tree's time / this one's, and the same tree on both sides gives 1 within about a per cent.
+
+    python bench/throughput.py --camera corner [--image-size 224] ...
+
+makes it a vision workload: evalfleet renders that Meta-World camera into every observation (as a Run listing it in
+`cameras` does) and the plain loop renders the same camera, at the same size and quality, with the same offscreen
+renderer after every reset and step (the experts still act on the state). Fewer episodes by default: a frame costs
+milliseconds on a CPU.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ import yaml
 from _common import add_repeat_arg, cache_bytecode, emit, interleaved, machine, ratios, spread
 
 TASKS = ("reach-v3", "push-v3", "pick-place-v3", "drawer-open-v3")
+CAMERAS = ("topview", "corner", "corner2", "corner3", "corner4", "behindGripper", "gripperPOV")  # Meta-World's
 
 
 @dataclass
@@ -58,8 +66,10 @@ class Timed:
         return (self.episodes - 1) / max(self.last - self.first, 1e-9)
 
 
-def plain_worker(items: list[tuple[str, int]]) -> tuple[int, int, float, float]:
-    """(successes, steps, time.time() when its first and its last episode ended)."""
+def plain_worker(items: list[tuple[str, int]], camera: str | None = None, image_size: int = 224
+                 ) -> tuple[int, int, float, float]:
+    """(successes, steps, time.time() when its first and its last episode ended). With `camera`, that camera is
+    rendered after every reset and step, as evalfleet renders it into each observation."""
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -67,30 +77,41 @@ def plain_worker(items: list[tuple[str, int]]) -> tuple[int, int, float, float]:
 
     from evalfleet.policies.builtin import expert_class_name
     from evalfleet.sim.metaworld_env import make_task_env
+    from evalfleet.sim.rendering import RendererCache
 
-    envs, experts = {}, {}
+    envs, experts, renderers = {}, {}, {}
     successes = steps = 0
     ends = []
     for task, seed in items:
         if task not in envs:
-            envs[task] = make_task_env(task)
+            for renderer in renderers.values():  # as a runner moving to its next Run: the GL context is reused
+                renderer.close()
+            envs[task] = env = make_task_env(task)
             experts[task] = getattr(mw_policies, expert_class_name(task))()
-        env, expert = envs[task], experts[task]
+            renderers[task] = RendererCache(lambda env=env: env.model, (image_size, image_size))
+        env, expert, renderer = envs[task], experts[task], renderers[task]
         env.seed(seed)
         obs, _ = env.reset()
+        if camera:
+            renderer.rgb(env.data, camera)
         for _ in range(500):
             obs, _, _, _, info = env.step(expert.get_action(obs))
+            if camera:
+                renderer.rgb(env.data, camera)
             steps += 1
             if info["success"]:
                 successes += 1
                 break
         ends.append(time.time())
+    for renderer in renderers.values():
+        renderer.close()
     return successes, steps, min(ends), max(ends)
 
 
-def plain_process(items_path: str) -> None:
+def plain_process(items_path: str, camera: str | None, image_size: int) -> None:
     """The plain side of --side-by-side: one process stepping the episodes listed in `items_path` in place."""
-    successes, steps, first, last = plain_worker([tuple(x) for x in json.loads(Path(items_path).read_text())])
+    items = [tuple(x) for x in json.loads(Path(items_path).read_text())]
+    successes, steps, first, last = plain_worker(items, camera, image_size)
     print(json.dumps({"successes": successes, "steps": steps, "first": first, "last": last}))
 
 
@@ -138,17 +159,19 @@ def at_the_same_time(*calls):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes-per-task", type=int, default=None,
-                        help="default 250, with --side-by-side 125 (one worker a side)")
+                        help="default 250, with --side-by-side 125 (one worker a side); a tenth of that with --camera")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--side-by-side", action="store_true",
                         help="both sides at once, one worker each on a core of its own, the cores swapped each repeat")
     parser.add_argument("--against", metavar="SRC", type=Path,
                         help="with --side-by-side: evalfleet from this source tree instead of the plain loop")
+    parser.add_argument("--camera", choices=CAMERAS, help="render this camera into every observation (both sides)")
+    parser.add_argument("--image-size", type=int, default=224, help="pixels a side of the rendered image")
     parser.add_argument("--plain-process", metavar="ITEMS_JSON", help=argparse.SUPPRESS)
     add_repeat_arg(parser)
     args = parser.parse_args()
     if args.plain_process:
-        return plain_process(args.plain_process)
+        return plain_process(args.plain_process, args.camera, args.image_size)
     if args.against is not None and not (args.side_by_side and (args.against / "evalfleet").is_dir()):
         sys.exit("--against SRC needs --side-by-side and a folder holding the evalfleet package (a checkout's src)")
     if args.side_by_side:
@@ -157,7 +180,10 @@ def main() -> None:
             sys.exit("--side-by-side needs two usable cores")
         args.workers, cores = 1, cores[:2]
     if args.episodes_per_task is None:
-        args.episodes_per_task = 125 if args.side_by_side else 250
+        args.episodes_per_task = (125 if args.side_by_side else 250) // (10 if args.camera else 1)
+    if args.camera:  # both sides render with the same backend; no probe on either side
+        os.environ.setdefault("MUJOCO_GL", "egl")
+        os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
     before = machine()
 
     from evalfleet.experiment.loading import load_experiment
@@ -168,7 +194,9 @@ def main() -> None:
 
         def experiment(name: str, episodes: int) -> Path:
             path = Path(tmp) / f"{name}.yaml"
-            runs = {t.replace("-", "_"): {"environment": {"type": "metaworld", "task": t},
+            rendered = {"cameras": [args.camera], "image_camera": args.camera, "image_size": args.image_size}
+            runs = {t.replace("-", "_"): {"environment": {"type": "metaworld", "task": t,
+                                                          **(rendered if args.camera else {})},
                                           "policy": {"type": "metaworld_expert"},
                                           "rollout_limit": {"num_episodes": episodes}} for t in TASKS}
             path.write_text(yaml.safe_dump({"name": "throughput", "runs": runs}))
@@ -185,7 +213,8 @@ def main() -> None:
         def plain(items: list[tuple[str, int]] = items) -> Timed:
             t0, wall0 = time.perf_counter(), time.time()
             with mp.get_context("spawn").Pool(args.workers) as pool:
-                parts = pool.map(plain_worker, [items[i::args.workers] for i in range(args.workers)])
+                parts = pool.starmap(plain_worker, [(items[i::args.workers], args.camera, args.image_size)
+                                                    for i in range(args.workers)])
             seconds = time.perf_counter() - t0
             return Timed(seconds, sum(p[0] for p in parts), min(p[2] for p in parts) - wall0,
                          max(p[3] for p in parts) - wall0, len(items))
@@ -213,7 +242,8 @@ def main() -> None:
         def plain_alone(items: list[tuple[str, int]], core: int) -> Timed:
             listed = Path(tempfile.mkdtemp(dir=tmp)) / "items.json"
             listed.write_text(json.dumps(items))
-            wall0, seconds, cpu, proc = timed_process([sys.executable, __file__, "--plain-process", str(listed)], core)
+            cmd = [sys.executable, __file__, "--plain-process", str(listed), "--image-size", str(args.image_size)]
+            wall0, seconds, cpu, proc = timed_process(cmd + (["--camera", args.camera] if args.camera else []), core)
             if proc.returncode != 0:
                 sys.exit(f"the plain loop failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
             done = json.loads(proc.stdout)
@@ -242,6 +272,7 @@ def main() -> None:
         "episodes": total,
         "workers": args.workers,
         "repeats": args.repeats,
+        "rendered": f"{args.camera} {args.image_size}x{args.image_size}" if args.camera else None,
         "mode": ("side by side, a core each, swapped each repeat" if args.side_by_side
                  else "interleaved, one after the other"),
         "evalfleet_s": spread(ef_s, 2),
