@@ -115,15 +115,15 @@ def plain_process(items_path: str, camera: str | None, image_size: int) -> None:
     print(json.dumps({"successes": successes, "steps": steps, "first": first, "last": last}))
 
 
-def timed_process(cmd: list[str], core: int, env: dict[str, str] | None = None
+def timed_process(cmd: list[str], core: int | None = None, env: dict[str, str] | None = None
                   ) -> tuple[float, float, float, subprocess.CompletedProcess]:
-    """(time.time() at the start, seconds start to exit, CPU seconds, the process) of `cmd` run on `core` alone;
-    what it starts inherits the core. The CPU seconds are its own and those of every process it waited for (Linux's
-    wait4: evalfleet's template, runners and plot child, all reaped by `run`)."""
+    """(time.time() at the start, seconds start to exit, CPU seconds, the process) of `cmd`, run on `core` alone
+    where one is given (what it starts inherits the core). The CPU seconds are its own and those of every process
+    it waited for (Linux's wait4: evalfleet's template, runners and plot child, all reaped by `run`)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         wall0, t0 = time.time(), time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env,
-                                preexec_fn=lambda: os.sched_setaffinity(0, {core}))
+        pin = None if core is None else lambda: os.sched_setaffinity(0, {core})
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, preexec_fn=pin)
         _, status, usage = os.wait4(proc.pid, 0)
         seconds = time.perf_counter() - t0
         proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
@@ -223,14 +223,8 @@ def main() -> None:
             out = Path(tempfile.mkdtemp(dir=tmp)) / "out"
             cmd = [sys.executable, "-m", "evalfleet.cli", "run", str(exp_path), "--output", str(out),
                    "--workers", str(args.workers), "--no-progress"]
-            cpu = None
-            if core is None:
-                t0, wall0 = time.perf_counter(), time.time()
-                proc = subprocess.run(cmd, capture_output=True, text=True)
-                seconds = time.perf_counter() - t0
-            else:
-                env = None if source is None else {**os.environ, "PYTHONPATH": str(source.resolve())}
-                wall0, seconds, cpu, proc = timed_process(cmd, core, env)
+            env = None if source is None else {**os.environ, "PYTHONPATH": str(source.resolve())}
+            wall0, seconds, cpu, proc = timed_process(cmd, core, env)
             if proc.returncode != 0:
                 sys.exit(f"evalfleet run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
             result = json.loads((out / "experiment_result.json").read_text())
