@@ -10,11 +10,32 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from typing import Any, Callable
 
 DEFAULT_REPEATS = 3
+
+
+def waited_process(cmd: list[str], core: int | None = None, env: dict[str, str] | None = None
+                   ) -> tuple[float, float, Any, subprocess.CompletedProcess]:
+    """(time.time() at the start, seconds start to exit, its rusage, the process) of `cmd`, run on `core` alone
+    where one is given (what it starts inherits the core). The rusage (Linux's wait4) covers it and every process it
+    waited for; its output goes to files, so a child writing more than a pipe holds never blocks."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        wall0, t0 = time.time(), time.perf_counter()
+        pin = None if core is None else lambda: os.sched_setaffinity(0, {core})
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, preexec_fn=pin)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
+        out.seek(0)
+        err.seek(0)
+        done = subprocess.CompletedProcess(cmd, proc.returncode, out.read().decode(errors="replace"),
+                                           err.read().decode(errors="replace"))
+    return wall0, seconds, usage, done
 
 
 def machine() -> dict[str, Any]:

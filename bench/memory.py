@@ -39,7 +39,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import add_repeat_arg, emit, machine, spread
+from _common import add_repeat_arg, emit, machine, spread, waited_process
 from collect import make_runs
 
 EVALFLEET = [sys.executable, "-m", "evalfleet.cli"]
@@ -142,13 +142,9 @@ def measure_run(work: Path, episodes: int, max_steps: int, workers: int) -> dict
 
 def waited_peak_mb(command: list[str]) -> float:
     """A fresh process's own peak RSS (wait4's ru_maxrss), in MB."""
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env=dict(os.environ, MPLBACKEND="Agg"))
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-    if proc.returncode != 0:
-        sys.exit(f"{' '.join(command)} failed ({proc.returncode}):\n{stderr[-3000:]}")
+    _, _, usage, done = waited_process(command, env=dict(os.environ, MPLBACKEND="Agg"))
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     return round(usage.ru_maxrss / 1024, 1)
 
 

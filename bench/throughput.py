@@ -45,7 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from _common import add_repeat_arg, cache_bytecode, emit, interleaved, machine, ratios, spread
+from _common import (add_repeat_arg, cache_bytecode, emit, interleaved, machine, ratios, spread,
+                     waited_process)
 
 TASKS = ("reach-v3", "push-v3", "pick-place-v3", "drawer-open-v3")
 CAMERAS = ("topview", "corner", "corner2", "corner3", "corner4", "behindGripper", "gripperPOV")  # Meta-World's
@@ -117,20 +118,9 @@ def plain_process(items_path: str, camera: str | None, image_size: int) -> None:
 
 def timed_process(cmd: list[str], core: int | None = None, env: dict[str, str] | None = None
                   ) -> tuple[float, float, float, subprocess.CompletedProcess]:
-    """(time.time() at the start, seconds start to exit, CPU seconds, the process) of `cmd`, run on `core` alone
-    where one is given (what it starts inherits the core). The CPU seconds are its own and those of every process
-    it waited for (Linux's wait4: evalfleet's template, runners and plot child, all reaped by `run`)."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        wall0, t0 = time.time(), time.perf_counter()
-        pin = None if core is None else lambda: os.sched_setaffinity(0, {core})
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, preexec_fn=pin)
-        _, status, usage = os.wait4(proc.pid, 0)
-        seconds = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
-        out.seek(0)
-        err.seek(0)
-        done = subprocess.CompletedProcess(cmd, proc.returncode, out.read().decode(errors="replace"),
-                                           err.read().decode(errors="replace"))
+    """`waited_process` with CPU seconds for its rusage: its own and those of every process it waited for
+    (evalfleet's template, runners and plot child, all reaped by `run`)."""
+    wall0, seconds, usage, done = waited_process(cmd, core, env)
     return wall0, seconds, usage.ru_utime + usage.ru_stime, done
 
 
