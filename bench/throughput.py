@@ -28,6 +28,11 @@ makes it a vision workload: evalfleet renders that Meta-World camera into every 
 `cameras` does) and the plain loop renders the same camera, at the same size and quality, with the same offscreen
 renderer after every reset and step (the experts still act on the state). Fewer episodes by default: a frame costs
 milliseconds on a CPU.
+
+The plain loop iterates MuJoCo's struct lists (`data.contact`, which Meta-World's reward loops over) as evalfleet's
+adapters make them iterate, without the exception that ends them (`evalfleet.sim.mujoco_lists`: a quarter of a
+push-v3 step, the outcomes bit-identical), so the ratio is evalfleet's own cost alone; `--stock-plain` leaves the
+plain loop's as mujoco ships them, as a loop a user writes runs them.
 """
 
 from __future__ import annotations
@@ -67,10 +72,11 @@ class Timed:
         return (self.episodes - 1) / max(self.last - self.first, 1e-9)
 
 
-def plain_worker(items: list[tuple[str, int]], camera: str | None = None, image_size: int = 224
-                 ) -> tuple[int, int, float, float]:
+def plain_worker(items: list[tuple[str, int]], camera: str | None = None, image_size: int = 224,
+                 stock: bool = False) -> tuple[int, int, float, float]:
     """(successes, steps, time.time() when its first and its last episode ended). With `camera`, that camera is
-    rendered after every reset and step, as evalfleet renders it into each observation."""
+    rendered after every reset and step, as evalfleet renders it into each observation. Unless `stock`, MuJoCo's
+    struct lists iterate as evalfleet's adapters make them (like for like)."""
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -78,7 +84,11 @@ def plain_worker(items: list[tuple[str, int]], camera: str | None = None, image_
 
     from evalfleet.policies.builtin import expert_class_name
     from evalfleet.sim.metaworld_env import make_task_env
+    from evalfleet.sim.mujoco_lists import bounded_iteration
     from evalfleet.sim.rendering import RendererCache
+
+    if not stock:
+        bounded_iteration()
 
     envs, experts, renderers = {}, {}, {}
     successes = steps = 0
@@ -109,10 +119,10 @@ def plain_worker(items: list[tuple[str, int]], camera: str | None = None, image_
     return successes, steps, min(ends), max(ends)
 
 
-def plain_process(items_path: str, camera: str | None, image_size: int) -> None:
+def plain_process(items_path: str, camera: str | None, image_size: int, stock: bool) -> None:
     """The plain side of --side-by-side: one process stepping the episodes listed in `items_path` in place."""
     items = [tuple(x) for x in json.loads(Path(items_path).read_text())]
-    successes, steps, first, last = plain_worker(items, camera, image_size)
+    successes, steps, first, last = plain_worker(items, camera, image_size, stock)
     print(json.dumps({"successes": successes, "steps": steps, "first": first, "last": last}))
 
 
@@ -157,11 +167,13 @@ def main() -> None:
                         help="with --side-by-side: evalfleet from this source tree instead of the plain loop")
     parser.add_argument("--camera", choices=CAMERAS, help="render this camera into every observation (both sides)")
     parser.add_argument("--image-size", type=int, default=224, help="pixels a side of the rendered image")
+    parser.add_argument("--stock-plain", action="store_true",
+                        help="the plain loop iterates MuJoCo's struct lists as mujoco ships them (a user's own loop)")
     parser.add_argument("--plain-process", metavar="ITEMS_JSON", help=argparse.SUPPRESS)
     add_repeat_arg(parser)
     args = parser.parse_args()
     if args.plain_process:
-        return plain_process(args.plain_process, args.camera, args.image_size)
+        return plain_process(args.plain_process, args.camera, args.image_size, args.stock_plain)
     if args.against is not None and not (args.side_by_side and (args.against / "evalfleet").is_dir()):
         sys.exit("--against SRC needs --side-by-side and a folder holding the evalfleet package (a checkout's src)")
     if args.side_by_side:
@@ -203,8 +215,8 @@ def main() -> None:
         def plain(items: list[tuple[str, int]] = items) -> Timed:
             t0, wall0 = time.perf_counter(), time.time()
             with mp.get_context("spawn").Pool(args.workers) as pool:
-                parts = pool.starmap(plain_worker, [(items[i::args.workers], args.camera, args.image_size)
-                                                    for i in range(args.workers)])
+                parts = pool.starmap(plain_worker, [(items[i::args.workers], args.camera, args.image_size,
+                                                     args.stock_plain) for i in range(args.workers)])
             seconds = time.perf_counter() - t0
             return Timed(seconds, sum(p[0] for p in parts), min(p[2] for p in parts) - wall0,
                          max(p[3] for p in parts) - wall0, len(items))
@@ -227,6 +239,7 @@ def main() -> None:
             listed = Path(tempfile.mkdtemp(dir=tmp)) / "items.json"
             listed.write_text(json.dumps(items))
             cmd = [sys.executable, __file__, "--plain-process", str(listed), "--image-size", str(args.image_size)]
+            cmd += ["--stock-plain"] if args.stock_plain else []
             wall0, seconds, cpu, proc = timed_process(cmd + (["--camera", args.camera] if args.camera else []), core)
             if proc.returncode != 0:
                 sys.exit(f"the plain loop failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -257,6 +270,9 @@ def main() -> None:
         "workers": args.workers,
         "repeats": args.repeats,
         "rendered": f"{args.camera} {args.image_size}x{args.image_size}" if args.camera else None,
+        **({} if args.against is not None else
+           {"plain_loop_mujoco_lists": "stock (a user's own loop)" if args.stock_plain
+            else "bounded iteration, as evalfleet's adapters (like for like)"}),
         "mode": ("side by side, a core each, swapped each repeat" if args.side_by_side
                  else "interleaved, one after the other"),
         "evalfleet_s": spread(ef_s, 2),

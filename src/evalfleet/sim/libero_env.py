@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from evalfleet.sim.libero_tasks import CAMERAS, configure_libero, get_task, init_states
+from evalfleet.sim.mujoco_lists import bounded_iteration
 from evalfleet.sim.noise import RobotNoise
 from evalfleet.sim.rendering import RendererCache
 from evalfleet.sim.robosuite_env import RobosuiteBase, import_robosuite, seeded_global_numpy
@@ -51,6 +52,7 @@ class LiberoEnvironment(RobosuiteBase):
     reset_takes_episode = True  # the runner passes the plan's episode index: it picks the initial state
 
     def __init__(self, options: LiberoOptions):
+        bounded_iteration()  # robosuite's check_contact loops over data.contact: without an exception at its end
         self.options = options
         self.libero_task = get_task(options.suite, options.task)
         self.task = self.libero_task.name

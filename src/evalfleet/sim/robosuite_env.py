@@ -23,6 +23,7 @@ import numpy as np
 
 from evalfleet.sim.base import StepResult
 from evalfleet.sim.mujoco_env import MujocoEnvironment
+from evalfleet.sim.mujoco_lists import bounded_iteration
 from evalfleet.sim.mujoco_scene import PhysicsScales
 from evalfleet.sim.mujoco_watch import ObjectWatch, PhysicsWatch
 from evalfleet.sim.noise import RobotNoise
@@ -136,6 +137,7 @@ class RobosuiteBase(MujocoEnvironment):
 
 class RobosuiteEnvironment(RobosuiteBase):
     def __init__(self, options: RobosuiteOptions, instruction: str):
+        bounded_iteration()  # check_contact's loop over data.contact without an exception at its end
         self.options = options
         self.task = options.task
         self.instruction = instruction
