@@ -173,7 +173,9 @@ def bare_libero(seeds: list[int], max_steps: int, settle_steps: int) -> tuple[fl
     """(seconds, steps, seconds building the env, seconds inside LIBERO's step)."""
     from evalfleet.sim.libero_env import NOOP, make_control_env
     from evalfleet.sim.libero_tasks import get_task, init_states
+    from evalfleet.sim.mujoco_lists import bounded_iteration
 
+    bounded_iteration()  # MuJoCo's contact lists as the adapter has them (process-wide: like for like, every repeat)
     with InnerClock() as inner:
         t0 = time.perf_counter()
         task = get_task(LIBERO_SUITE, LIBERO_TASK)
