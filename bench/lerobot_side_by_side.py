@@ -220,7 +220,8 @@ def main() -> None:
     unknown = set(filter(None, args.sides.split(","))) - set(SIDES)
     if unknown:
         sys.exit(f"unknown side(s) {', '.join(sorted(unknown))}; sides: {', '.join(SIDES)}")
-    from evalfleet.serving.bindings import interpreter, lerobot_venv
+    from evalfleet.serving.bindings import interpreter
+    from evalfleet.serving.lerobot import lerobot_venv
 
     venv_python = interpreter(str(lerobot_venv()))
     if not Path(venv_python).exists():

@@ -1,5 +1,5 @@
 """The sequential Experiment of issue #25's end-to-end tests (tests/execution/test_sequential_runs.py, the Slurm
-waves in tests/execution/slurm/test_slurm_sequential.py): Meta-World's expert against the expert with strong action
+waves in tests/backends/slurm/test_slurm_sequential.py): Meta-World's expert against the expert with strong action
 noise on push-v3, decided before the cap; and what those tests compare."""
 
 from __future__ import annotations

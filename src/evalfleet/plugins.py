@@ -1,4 +1,4 @@
-"""Fills the registries: evalfleet's built-in types, then any installed plugin packages that declare
+"""Fills the registries: evalfleet's built-in types and backends, then any installed plugin packages that declare
 an `evalfleet.plugins` entry point, then the modules named in EVALFLEET_PLUGINS (comma-separated,
 importable from PYTHONPATH) — each a module imported for its registrations."""
 
@@ -42,8 +42,10 @@ def _load_all() -> None:
 
     import evalfleet.policies
 
+    from evalfleet.backend_registry import BUILTIN_BACKENDS
+
     policy_modules = [f"{POLICY_PACKAGE}.{m.name}" for m in pkgutil.iter_modules(evalfleet.policies.__path__)]
-    for name in (*BUILTIN_MODULES, *policy_modules):
+    for name in (*BUILTIN_MODULES, *policy_modules, *BUILTIN_BACKENDS.values()):
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as exc:

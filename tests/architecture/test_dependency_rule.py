@@ -17,7 +17,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 LAYERS: list[set[str]] = [
     {"evalfleet", "evalfleet.errors", "evalfleet.registry", "evalfleet.seeding", "evalfleet.textlayout",
      "evalfleet.secrets", "evalfleet.shell", "evalfleet.feedback", "evalfleet.process_exit", "evalfleet.forking",
-     "evalfleet.interpreter", "evalfleet.layout", "evalfleet.arena_format"},
+     "evalfleet.interpreter", "evalfleet.layout", "evalfleet.arena_format", "evalfleet.backend_registry"},
     {"evalfleet.sim"},
     {"evalfleet.policies"},
     {"evalfleet.serving", "evalfleet.plugins"},
@@ -26,6 +26,7 @@ LAYERS: list[set[str]] = [
     {"evalfleet.analysis"},
     {"evalfleet.outputs"},
     {"evalfleet.execution"},
+    {"evalfleet.backends"},  # one package per backend, driven by execution through its registry
     {"evalfleet.cli"},  # the command line: every parser and handler
 ]
 CLI = "evalfleet.cli"
@@ -33,8 +34,8 @@ CLI_LAYER = len(LAYERS) - 1
 # The entry points outside the package: the `__main__` of `python -m evalfleet.execution.watchdog`, `.osmo`
 # and `.slurm` (rendered task scripts run them) are thin shims that call into evalfleet.cli, so they are the
 # command line too (layer CLI_LAYER); nothing else imports evalfleet.cli.
-CLI_ENTRY_POINTS = {"evalfleet.execution.watchdog.__main__", "evalfleet.execution.osmo.__main__",
-                    "evalfleet.execution.slurm.__main__"}
+CLI_ENTRY_POINTS = {"evalfleet.execution.watchdog.__main__", "evalfleet.backends.osmo.__main__",
+                    "evalfleet.backends.slurm.__main__"}
 
 def module_name(path: Path, src: Path = SRC) -> str:
     name = ".".join(path.relative_to(src).with_suffix("").parts)

@@ -117,7 +117,7 @@ def test_a_conflict_between_spellings_names_both_keys(tmp_path: Path) -> None:
 
 
 def test_arena_builder_and_runner_keys_are_carried_to_the_runner_task(tmp_path: Path) -> None:
-    from evalfleet.execution.osmo import render_workflows
+    from evalfleet.backends.osmo.workflow import render_workflows
 
     path = _write(tmp_path, RUN_HEAD + """    rollout_limit: {num_episodes: 2}
     num_rebuilds: 2

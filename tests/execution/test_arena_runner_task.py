@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from evalfleet.execution.osmo import render_workflows
+from evalfleet.backends.osmo.workflow import render_workflows
 from evalfleet.experiment.loading import load_experiment
 from evalfleet.outputs.collect import collect
 from test_osmo_rules import validate_workflow

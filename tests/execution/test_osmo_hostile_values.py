@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from osmo_sandbox import Sandbox, fill, listener, task_scripts
 
 from evalfleet.errors import UserError
-from evalfleet.execution.osmo import render_workflows
+from evalfleet.backends.osmo.workflow import render_workflows
 from evalfleet.experiment.loading import load_experiment
 from evalfleet.experiment.overrides import format_value
 from evalfleet.secrets import strip_url_credentials
@@ -117,7 +117,7 @@ def _check_metaworld(root: Path, task: str, policy: str, note: str, output_url: 
         sock.close()
     assert box.nothing_injected(), list(box.work.iterdir())
     calls = box.calls()
-    finishes = [c for c in calls if c[:4] == ["python3", "-m", "evalfleet.execution.osmo", "finish-run"]]
+    finishes = [c for c in calls if c[:4] == ["python3", "-m", "evalfleet.backends.osmo", "finish-run"]]
     assert len(finishes) == 2
     for c in finishes:
         assert c[c.index("--task") + 1] == task

@@ -11,7 +11,7 @@ import yaml
 from osmo_sandbox import Sandbox, fill, task_scripts
 
 from evalfleet.cli import main
-from evalfleet.execution.osmo import render_workflows
+from evalfleet.backends.osmo.workflow import render_workflows
 from evalfleet.experiment.loading import load_experiment
 from evalfleet.experiment.overrides import format_value
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from evalfleet.execution.osmo import render_workflows
+from evalfleet.backends.osmo.workflow import render_workflows
 from evalfleet.experiment.loading import load_experiment
 from test_osmo_rules import validate_workflow
 

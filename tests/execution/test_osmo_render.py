@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from evalfleet.errors import UserError
-from evalfleet.execution.osmo import render_workflows
+from evalfleet.backends.osmo.workflow import render_workflows
 from evalfleet.execution.settings import backend_setting_leaves, backend_settings
 from evalfleet.experiment.loading import load_experiment
 from evalfleet.experiment.plan import make_plan

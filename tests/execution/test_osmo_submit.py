@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from evalfleet.execution.osmo import finish_run, render_workflows
+from evalfleet.backends.osmo.task_steps import finish_run
+from evalfleet.backends.osmo.workflow import render_workflows
 from evalfleet.experiment.loading import load_experiment
 from test_osmo_rules import validate_workflow
 

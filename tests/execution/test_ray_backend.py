@@ -171,7 +171,7 @@ def test_interrupt_then_resume(tmp_path, local_reference):
 @contextlib.contextmanager
 def spy_on_servers(seen: dict):
     """Record the serve's RayServing and its (first) server actor and placement group as soon as they exist."""
-    from evalfleet.execution.ray.serving import RayServing
+    from evalfleet.backends.ray.serving import RayServing
 
     original = RayServing.open
 
@@ -256,7 +256,7 @@ class TestLocalInstance:
         assert len(decided) == 16
         assert_same_as_local(out, local_reference)
         # the killed worker's folder was removed by a later task on this node
-        from evalfleet.execution.ray.shard_task import TASK_DIR_PREFIX
+        from evalfleet.backends.ray.shard_task import TASK_DIR_PREFIX
 
         assert not list(Path(tempfile.gettempdir()).glob(f"{TASK_DIR_PREFIX}{killed[0]}-*"))
 
@@ -450,7 +450,7 @@ class TestSeparateCluster:
     def test_submit_as_ray_job(self, tmp_path, cluster, local_reference):
         """`evalfleet submit --backend ray`: the job's working_dir holds the resolved experiment file only; its
         entrypoint runs the whole evaluation on the cluster and writes --output on the head (here: this machine)."""
-        from evalfleet.execution.ray.jobs import submit_ray_job, wait_for_job
+        from evalfleet.backends.ray.jobs import submit_ray_job, wait_for_job
 
         out = tmp_path / "job-out"
         job_id = submit_ray_job(QUICKSTART, SMALL, cluster[1], output=str(out))

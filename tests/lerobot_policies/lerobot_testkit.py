@@ -15,7 +15,8 @@ SRC = HERE.parent.parent / "src"
 
 
 def lerobot_python() -> Path:
-    from evalfleet.serving.bindings import interpreter, lerobot_venv
+    from evalfleet.serving.bindings import interpreter
+    from evalfleet.serving.lerobot import lerobot_venv
 
     return Path(interpreter(str(lerobot_venv())))
 

@@ -4,7 +4,7 @@
 contributes its subcommands through a `register(subparsers)` function; handlers parse, call library functions
 and print, and import heavy dependencies lazily so `--help` stays fast. Nothing in the library imports this
 package; the two commands rendered task scripts run, `python -m evalfleet.execution.watchdog` and
-`python -m evalfleet.execution.osmo`, are those packages' thin `__main__` modules calling into it."""
+`python -m evalfleet.backends.osmo`, are those packages' thin `__main__` modules calling into it."""
 
 from __future__ import annotations
 

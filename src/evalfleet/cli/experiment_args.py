@@ -47,8 +47,7 @@ def experiment_path(args: argparse.Namespace) -> str:
 
 def print_overrides(args: argparse.Namespace, path: str) -> None:
     """Every overridable key with its effective value: the Experiment's, then the backends' (osmo.*, ray.*)."""
-    from evalfleet.execution.settings import backend_setting_leaves
-    from evalfleet.experiment.listing import format_leaves, overridable_leaves
+    from evalfleet.experiment.listing import backend_setting_leaves, format_leaves, overridable_leaves
 
     loaded = load_from_args(args, path)
     for line in format_leaves(overridable_leaves(loaded.experiment, loaded.document)):

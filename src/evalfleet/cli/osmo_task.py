@@ -1,4 +1,4 @@
-"""The task-side command line the generated task scripts call: ``python -m evalfleet.execution.osmo
+"""The task-side command line the generated task scripts call: ``python -m evalfleet.backends.osmo
 finish-run|finish-arena-run|arena-config`` (argument parsing; the steps are task_steps.py)."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 from evalfleet.errors import UserError
-from evalfleet.execution.osmo.task_steps import finish_arena_run, finish_run, write_arena_config
+from evalfleet.backends.osmo.task_steps import finish_arena_run, finish_run, write_arena_config
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m evalfleet.execution.osmo")
+    parser = argparse.ArgumentParser(prog="python -m evalfleet.backends.osmo")
     sub = parser.add_subparsers(dest="action", required=True)
     f = sub.add_parser("finish-run", help="write <output>/<run>/run_status.json (inside a runner task)")
     f.add_argument("--output", required=True)

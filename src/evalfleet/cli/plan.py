@@ -46,8 +46,7 @@ def cmd_overrides(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from evalfleet.execution.argument_checks import check_workers
-    from evalfleet.execution.osmo import run_order
-    from evalfleet.execution.settings import check_backend_settings
+    from evalfleet.backends.osmo.workflow import run_order
     from evalfleet.experiment.plan import make_plan
     from evalfleet.textlayout import output_width
 
@@ -57,7 +56,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.shard_size is not None and args.shard_size <= 0:
         raise UserError("--shard-size must be a positive number of episodes", where="command line", key="--shard-size")
     loaded = load_from_args(args, path)
-    check_backend_settings(loaded.backend_settings)  # a wrong osmo.* / experiment_runner.* key: exit 2 here too
     plan = make_plan(loaded, shard_size=args.shard_size, workers=args.workers, taper=True)  # `run`'s default: local
     if args.json:
         json.dump(plan.to_json(), sys.stdout, indent=1)

@@ -27,9 +27,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_arena_runner_flags(p)
     p.add_argument("--output", "-o", metavar="DIR", help="output folder (default: outputs/<name>-<time>)")
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count)")
-    p.add_argument("--backend", default="local", help="where episodes run: local, ray or slurm (see docs/cluster.md)")
+    p.add_argument("--backend", default="local", help="where episodes run: a registered backend (built in: local, ray, "
+                   "slurm; see docs/cluster.md); its settings are overrides under its name, e.g. ray.address=auto")
     p.add_argument("--ray-address", metavar="ADDR", default=None,
-                   help="Ray cluster address (HOST:6379 or auto); default: a local Ray instance sized to this machine")
+                   help="Ray cluster address (HOST:6379 or auto), the same as ray.address=ADDR; default: a local "
+                   "Ray instance sized to this machine")
     p.add_argument("--resume", action="store_true", help="continue an interrupted output folder")
     p.add_argument("--shard-size", type=int, default=None, help="episodes per shard (default: chosen for --workers)")
     p.add_argument("--list-overrides", action="store_true", help="print every overridable key and exit")
@@ -78,6 +80,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from evalfleet.execution.argument_checks import check_workers
 
     check_workers(args.workers)
+    ray_address_setting(args)
     if args.track:  # `--track mlflow:URI` is the override tracking.mlflow.tracking_uri=URI (experiment/tracking.py)
         from evalfleet.experiment.tracking import tracking_flag_overrides
 
@@ -100,7 +103,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             served = ServedReport(args.serve_report, args.output)
         result = run(experiment, output=args.output, backend=args.backend, workers=args.workers, resume=args.resume,
                      progress=not args.no_progress, shard_size=args.shard_size, watchdog=watchdog,
-                     ray_address=args.ray_address, fork_runners=getattr(args, "main", None),
+                     fork_runners=getattr(args, "main", None),
                      runner_template=template)
         print_summary(result)
         if served is not None:
@@ -111,6 +114,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         if template is not None:
             template.close()
     return result.exit_code
+
+
+def ray_address_setting(args: argparse.Namespace) -> None:
+    """`--ray-address ADDR` is the override ray.address=ADDR, for `--backend ray` only."""
+    if args.ray_address is None:
+        return
+    from evalfleet.errors import UserError
+    from evalfleet.experiment.overrides import format_value
+
+    if args.backend != "ray":
+        raise UserError("--ray-address needs --backend ray", where="command line", key="--ray-address")
+    args.overrides = [*args.overrides, f"ray.address={format_value(args.ray_address)}"]
 
 
 def runner_template(args: argparse.Namespace, loaded: Any) -> Any:

@@ -1,4 +1,5 @@
-"""`evalfleet serve POLICY [KEY=VALUE ...] --protocol openpi|gr00t|vla-eval`: serve any registered policy."""
+"""`evalfleet serve POLICY [KEY=VALUE ...] --protocol PROTOCOL`: serve any registered policy over any registered wire
+protocol (openpi, gr00t, vla-eval, a plug-in's)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ API_KEY_ENV = "EVALFLEET_SERVE_API_KEY"
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "serve",
-        help="serve a policy over the openpi, GR00T or vla-eval protocol",
+        help="serve a policy over a registered wire protocol (openpi, GR00T, vla-eval or a plug-in's)",
         description="Serve any registered policy. KEY=VALUE pairs are the policy's options (values are "
         "YAML: 3, true, [1, 2], {a: 1}) and come right after POLICY; dotted keys nest. "
         "Prints 'serving PROTOCOL on HOST:PORT' once "
@@ -27,8 +28,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("options", nargs="*", metavar="KEY=VALUE", help="policy options")
     p.add_argument("--options-json", default=None, metavar="JSON",
                    help="policy options as one JSON map (KEY=VALUE pairs are applied on top)")
-    # serving.protocols.PROTOCOLS' names, spelled out so that building the parser imports no protocol
-    p.add_argument("--protocol", choices=("openpi", "gr00t", "vla-eval"), required=True)
+    # Checked against serving.protocols.PROTOCOLS once the registries are loaded (a plug-in's protocol too), so
+    # that building the parser imports no protocol.
+    p.add_argument("--protocol", required=True, help="a registered wire protocol (built in: openpi, gr00t, "
+                   "vla-eval; a plug-in may add its own)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1, loopback only; any other needs a key or"
                    " --allow-unauthenticated)")
@@ -90,6 +93,7 @@ def serve_command(args: argparse.Namespace) -> int:
     from evalfleet.plugins import load_registries
     from evalfleet.policies.base import PolicyContext, policy_spec
     from evalfleet.serving.common import build_policy
+    from evalfleet.serving.protocols import PROTOCOLS
     from evalfleet.serving.process import server_for
 
     api_key = serve_api_key(args)  # before any import or model load: a bad key is refused at once
@@ -100,6 +104,9 @@ def serve_command(args: argparse.Namespace) -> int:
         except ImportError as exc:
             raise UserError(f"cannot import {module}: {exc}", where="command line", key="--import") from None
     load_registries()
+    if PROTOCOLS.get(args.protocol) is None:
+        raise UserError(f"unknown protocol {args.protocol!r}{PROTOCOLS.suggest(args.protocol)}", where="command line",
+                        key="--protocol")
     if not 0 <= args.port <= 65535:
         raise UserError("--port must be between 0 and 65535", where="command line", key="--port")
     if args.max_batch < 1 or args.max_wait_ms < 0 or args.max_message_mb <= 0:

@@ -1,17 +1,17 @@
-"""The command line of the Slurm jobs' own steps, ``python -P -m evalfleet.execution.slurm serve|wire|collect``
+"""The command line of the Slurm jobs' own steps, ``python -P -m evalfleet.backends.slurm serve|wire|collect``
 (the rendered batch scripts run it; `execution.slurm.task_steps` holds what each step does). Parsing only;
-`execution/slurm/__main__.py` is a shim calling `main`, like the watchdog's and OSMO's."""
+`backends/slurm/__main__.py` is a shim calling `main`, like the watchdog's and OSMO's."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from evalfleet.execution.slurm import task_steps
+from evalfleet.backends.slurm import task_steps
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m evalfleet.execution.slurm",
+    p = argparse.ArgumentParser(prog="python -m evalfleet.backends.slurm",
                                 description="steps of evalfleet's Slurm jobs (run by the rendered batch scripts)")
     sub = p.add_subparsers(dest="step", required=True)
     s = sub.add_parser("serve", help="a policy server of the Experiment in OUT on this node, until SIGTERM")

@@ -80,11 +80,12 @@ def check_common(function: str, *, experiment: Any, overrides: Any, output: Any,
 def run(experiment: str | os.PathLike[str] | LoadedExperiment, *, overrides: Iterable[str] = (),
         output: str | os.PathLike[str] | None = None, backend: str = "local", workers: int | None = None,
         resume: bool = False, progress: bool = True, shard_size: int | None = None,
-        watchdog: WatchdogConfig | None = None, ray_address: str | None = None,
+        watchdog: WatchdogConfig | None = None,
         log: Callable[[str], None] = stderr_log, fork_runners: EvalfleetMain | None = None) -> ExperimentResult:
     """`evalfleet.run`: every argument checked (a UserError naming it), then `execution.pipeline.run`, whose
     docstring says what each one means."""
-    from evalfleet.execution.backends import BACKENDS, load_backends
+    from evalfleet.backend_registry import BACKENDS
+    from evalfleet.execution.backends import load_backends
 
     listed = check_common("run", experiment=experiment, overrides=overrides, output=output, workers=workers,
                           progress=progress, watchdog=watchdog, log=log)
@@ -95,15 +96,9 @@ def run(experiment: str | os.PathLike[str] | LoadedExperiment, *, overrides: Ite
     load_backends()
     if BACKENDS.get(backend) is None:
         raise UserError(f"unknown backend {backend!r}{BACKENDS.suggest(backend)}", where=argument("run", "backend"))
-    if ray_address is not None:
-        if not isinstance(ray_address, str) or not ray_address:
-            raise UserError(f"expected a Ray address (str) or None, got {shown(ray_address)}",
-                            where=argument("run", "ray_address"))
-        if backend != "ray":
-            raise UserError(f"a Ray address needs backend='ray', not {backend!r}", where=argument("run", "ray_address"))
     if fork_runners is not None and not callable(fork_runners):
         raise UserError(f"expected the evalfleet command's main or None, got {shown(fork_runners)}",
                         where=argument("run", "fork_runners"))
     return pipeline_run(experiment, overrides=listed, output=output, backend=backend, workers=workers, resume=resume,
-                        progress=progress, shard_size=shard_size, watchdog=watchdog, ray_address=ray_address, log=log,
+                        progress=progress, shard_size=shard_size, watchdog=watchdog, log=log,
                         fork_runners=fork_runners)

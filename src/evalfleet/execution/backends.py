@@ -16,32 +16,25 @@ The pipeline (execution/pipeline.py) drives a backend through one protocol:
                        hand the whole Experiment to a cluster instead (`evalfleet submit`): OSMO workflows,
                        a Ray job
 
-`local` and `ray` execute; `osmo` and `ray` submit. A backend module registers a factory
-`factory(workers=..., address=...) -> Backend` with `@BACKENDS.register(name)`.
+A backend registers its spec (factory, settings model, capabilities) in evalfleet/backend_registry.py;
+`get_backend` builds one from its name and the Experiment's settings under its root (`ray.address=...`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterator, Protocol, TextIO
 
+from evalfleet.backend_registry import BACKENDS, spec_of
+from evalfleet.backend_registry import backend_settings as typed_settings
 from evalfleet.errors import UserError
 from evalfleet.execution.standby import EvalfleetMain
 from evalfleet.execution.watchdog import WatchdogConfig
 from evalfleet.experiment.loading import LoadedExperiment
 from evalfleet.experiment.plan import Plan, Shard
 from evalfleet.layout import EXPERIMENT_FILE
-from evalfleet.registry import Registry
-
-BUILTIN_BACKENDS = {  # name -> the module that registers it
-    "local": "evalfleet.execution.local",
-    "ray": "evalfleet.execution.ray.backend",
-    "osmo": "evalfleet.execution.osmo",
-    "slurm": "evalfleet.execution.slurm",
-}
 
 
 @dataclass
@@ -102,6 +95,8 @@ class Backend(Protocol):
 
     def check(self) -> None: ...
 
+    def check_experiment(self, loaded: LoadedExperiment, out: Path) -> None: ...
+
     def open(self) -> int: ...
 
     def serve(self, job: ExecutionJob) -> ContextManager[Path]: ...
@@ -127,6 +122,10 @@ class BackendBase:
         raise UserError(f"the {self.name} backend submits to a cluster: use `evalfleet submit --backend {self.name}`",
                         where="command line", key="--backend")
 
+    def check_experiment(self, loaded: LoadedExperiment, out: Path) -> None:
+        """What this backend refuses in the Experiment before the output folder `out` is made (its servers'
+        programs, its settings); nothing by default."""
+
     @contextlib.contextmanager
     def serve(self, job: ExecutionJob) -> Iterator[Path]:
         yield job.out / EXPERIMENT_FILE
@@ -142,23 +141,48 @@ class BackendBase:
                         where="command line", key="--backend")
 
 
-BACKENDS: Registry[Backend] = Registry("backend")
-
-
 def load_backends() -> None:
+    """Every backend's spec registered: the built-in ones and the plug-ins' (plugins.load_registries)."""
     from evalfleet.plugins import load_registries
 
-    for module in BUILTIN_BACKENDS.values():
-        importlib.import_module(module)
-    load_registries()  # plugins may add backends
+    load_registries()
 
 
-def get_backend(name: str, *, workers: int | None = None, address: str | None = None) -> Backend:
-    if name in BUILTIN_BACKENDS:  # only its own module: the others' imports cost `evalfleet run` ~50 ms
-        importlib.import_module(BUILTIN_BACKENDS[name])
-    else:
-        load_backends()
+def get_backend(name: str, settings: dict[str, Any] | None = None, *, workers: int | None = None) -> Backend:
+    """The backend `name`, built with its typed settings from `settings` (the Experiment's backend settings,
+    `LoadedExperiment.backend_settings`); an unknown name or setting is a UserError."""
+    load_backends()
+    spec_of(name)  # an unknown name: a UserError listing the known ones
     entry = BACKENDS.get(name)
-    if entry is None:
-        raise UserError(f"unknown backend {name!r}{BACKENDS.suggest(name)}", where="command line", key="--backend")
-    return entry.factory(workers=workers, address=address)
+    assert entry is not None
+    return entry.factory(settings=typed_settings(name, settings), workers=workers)
+
+
+def check_capabilities(loaded: LoadedExperiment, name: str, *, submitting: bool) -> None:
+    """What the Experiment needs against what backend `name` declares (its spec), before anything is written:
+    running or submitting at all, waves for sequential stopping, policy servers."""
+    spec = spec_of(name)
+    exp = loaded.experiment
+    if submitting and not spec.submits:
+        raise UserError(f"the {name} backend runs here: use `evalfleet run --backend {name}`", where="command line",
+                        key="--backend")
+    if not submitting and not spec.executes:
+        raise UserError(f"the {name} backend submits to a cluster: use `evalfleet submit --backend {name}`",
+                        where="command line", key="--backend")
+    if not spec.sequential_waves:
+        for run_name, run in exp.runs.items():
+            if run.stopping is not None:
+                key = "stopping" if exp.stopping is not None else f"runs.{run_name}.stopping"
+                waves = ", ".join(n for n in BACKENDS.names() if spec_of(n).sequential_waves)
+                raise UserError(
+                    f"sequential stopping releases episodes a wave at a time, which the {name} backend cannot do "
+                    f"(its tasks are fixed at submission): run it with --backend {waves}, or remove `stopping`",
+                    where=loaded.path, key=key)
+    if not spec.served_policies:
+        from evalfleet.serving.bindings import needs_server
+
+        for run_name, run in exp.runs.items():
+            if needs_server(run.policy.type, run.policy.options()):
+                raise UserError(f"Run {run_name!r} needs a policy server, which the {name} backend does not start: "
+                                "give its policy a client of a running server, or choose another --backend",
+                                where=loaded.path, key=f"runs.{run_name}.policy.type")

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from evalfleet.errors import UserError
-from evalfleet.execution.backends import Backend, ExecutionJob, WorkerResult, get_backend
+from evalfleet.execution.backends import Backend, ExecutionJob, WorkerResult, check_capabilities, get_backend
 from evalfleet.execution.run_metadata import recorded
 from evalfleet.execution.output_dir import default_output, output_folder, prepare_output, write_run_status
 from evalfleet.execution.runner_template import RunnerTemplate
 from evalfleet.execution.standby import EvalfleetMain
 from evalfleet.execution.watchdog import WatchdogConfig
-from evalfleet.execution.waves import check_backend, execute_in_waves, has_stopping, stopped_runs
+from evalfleet.execution.waves import execute_in_waves, has_stopping, stopped_runs
 from evalfleet.experiment.loading import LoadedExperiment, load_experiment
 from evalfleet.experiment.plan import Plan, make_plan
 from evalfleet.experiment.validation import require_executable
@@ -35,7 +35,6 @@ from evalfleet.rollout.records import DECISION_FIELDS
 from evalfleet.rollout.runner import is_decided, latest_records
 from evalfleet.rollout.timings import PhaseTimings
 from evalfleet.secrets import exported
-from evalfleet.serving.planning import check_server_programs, server_commands
 
 
 def stderr_log(line: str) -> None:
@@ -61,22 +60,24 @@ def check_shard_size(shard_size: int | None) -> None:
 def run(experiment: str | os.PathLike[str] | LoadedExperiment, *, overrides: Iterable[str] = (),
         output: str | os.PathLike[str] | None = None, backend: str = "local", workers: int | None = None,
         resume: bool = False, progress: bool = True, shard_size: int | None = None,
-        watchdog: WatchdogConfig | None = None, ray_address: str | None = None,
+        watchdog: WatchdogConfig | None = None,
         log: Callable[[str], None] = stderr_log, fork_runners: EvalfleetMain | None = None,
         runner_template: RunnerTemplate | None = None, tracking_step: int | None = None) -> ExperimentResult:
     """Run the whole Experiment on `backend` and collect it; the typed result (per-Run counts and rates with
     95% intervals, statuses, the report's path). The results then go to the Experiment's `tracking:` sinks
     (outputs/tracking: a sink that fails is one warning line), at `tracking_step` (evaluate's `step`).
 
-    `output`: the folder (default outputs/<name>-<time>); `resume`: continue an interrupted folder of the
-    same Experiment; `workers`: parallel runners (default: this machine's CPUs, or the Ray cluster's);
+    `backend`: a registered backend's name (evalfleet/backend_registry.py), its settings given as overrides
+    under its root (`ray.address=auto`); `output`: the folder (default outputs/<name>-<time>); `resume`:
+    continue an interrupted folder of the same Experiment; `workers`: parallel runners (default: this
+    machine's CPUs, or the Ray cluster's);
     `progress`: a live progress bar on stderr; `fork_runners`: the `evalfleet` command's main (`evalfleet
     run` passes it): local runners' first attempts may then be forked from this process to run it
     (execution/standby.py), or from `runner_template`, a process the caller forked, which imports what they
     need meanwhile (execution/runner_template.py; the caller closes it). Bad input raises UserError before
     anything is written; Ctrl-C stops every runner, keeps what finished and re-raises KeyboardInterrupt."""
     loaded = load(experiment, overrides)
-    chosen = get_backend(backend, workers=workers, address=ray_address)
+    chosen = get_backend(backend, loaded.backend_settings, workers=workers)
     out = prepare(loaded, chosen, output, resume=resume, shard_size=shard_size)
     preloading = Preload()  # finalize's imports, begun while the workers run
     with recorded(out, loaded, backend=chosen.name, resume=resume) as metadata:  # experiment_metadata.json
@@ -96,17 +97,11 @@ def prepare(loaded: LoadedExperiment, backend: Backend, output: str | os.PathLik
     """Every check that can refuse the run, then the output folder (new, or the same Experiment's to resume)."""
     check_shard_size(shard_size)
     require_executable(loaded.experiment.runs, loaded.path)
+    check_capabilities(loaded, backend.name, submitting=False)
     backend.check()
-    check_backend(loaded, backend.name)
     check_tracking(loaded)  # every sink's package installed
-    if backend.name == "local":  # its policy servers start here: their programs must exist here
-        check_server_programs(loaded.experiment.runs, loaded.path)
-    elif backend.name == "ray":  # its servers bind the node's address: a key, or allow_unauthenticated
-        server_commands(loaded.experiment.runs, loaded.path, host="0.0.0.0")
     out = output_folder(output, where="evalfleet.run", key="output") if output is not None else default_output(loaded)
-    check_experiment = getattr(backend, "check_experiment", None)  # the backend's settings, before any file
-    if check_experiment is not None:
-        check_experiment(loaded, out)
+    backend.check_experiment(loaded, out)  # the backend's own checks (servers, settings), before any file
     prepare_output(out, loaded, resume=resume)
     return out
 

@@ -93,23 +93,3 @@ def stopped_runs(out: Path, plan: Plan) -> dict[str, tuple[int, str]]:
         return {}
     current = stopping_state(out, plan)
     return {n: (r.stopped_at, r.reason or "") for n, r in current.runs.items() if r.stopped_at is not None}
-
-
-FIXED_TASK_BACKENDS = ("osmo",)  # its tasks are fixed at submission: no wave can be released later
-
-
-def check_backend(loaded: object, backend: str) -> None:
-    """A `stopping:` Experiment runs on local, Ray and Slurm (`submit`: a driver job, execution/slurm/driver.py);
-    on OSMO a UserError naming the file and key, before anything is written."""
-    from evalfleet.errors import UserError
-
-    exp = getattr(loaded, "experiment")
-    if backend not in FIXED_TASK_BACKENDS:
-        return
-    for name, run in exp.runs.items():
-        if run.stopping is not None:
-            key = "stopping" if exp.stopping is not None else f"runs.{name}.stopping"
-            raise UserError(
-                f"sequential stopping releases episodes a wave at a time, which the {backend} backend cannot do "
-                f"(its tasks are fixed at submission): run it with --backend local, ray or slurm, or remove "
-                f"`stopping`", where=getattr(loaded, "path"), key=key)

@@ -109,7 +109,7 @@ def run_worker(experiment: str, output: str | Path, *, overrides: list[str] = ()
     beat = HeartbeatWriter(heartbeat or os.environ.get(HEARTBEAT_ENV), "")
     beat.beat(state="starting")
     if claim_dir:
-        from evalfleet.execution.local import claim_shards
+        from evalfleet.execution.claims import claim_shards
 
         chosen = claim_shards(chosen, Path(claim_dir), str(worker_id))
     record_worker_start(time.perf_counter() - started)  # loading and planning: the timings' `start` phase

@@ -1,5 +1,5 @@
 """Which environment and policy `type`s are Isaac Lab Arena's: types that exist only in Arena's image, so a Run
-using one loads, plans and dry-runs here and executes only through Arena's own runner (execution/osmo/arena.py).
+using one loads, plans and dry-runs here and executes only through Arena's own runner (backends/osmo/arena.py).
 
 The rule (issue #26): a type is Arena's when it is
 - a path (`isaaclab_arena_environments/robolab/tasks/banana_in_bowl.yaml`) or a dotted class path

@@ -36,3 +36,18 @@ def overridable_leaves(experiment: Experiment, document: dict[str, Any]) -> list
 def format_leaves(leaves: list[tuple[str, Any]]) -> list[str]:
     """`key=value` lines; secrets (an api_key, a token, credentials in a URL) show as *** (evalfleet.secrets)."""
     return [f"{key}={format_value(mask_value(key, value))}" for key, value in leaves]
+
+
+def backend_setting_leaves(settings: dict[str, Any] | None) -> list[str]:
+    """`root.key=value` for every setting of every registered backend (evalfleet/backend_registry.py), with its
+    effective value; a secret-looking key masked unless its field says it holds only a name (`not_secret`)."""
+    from evalfleet.backend_registry import backend_settings, setting_roots
+
+    lines: list[str] = []
+    for root, (_, model) in setting_roots().items():
+        values = backend_settings(root, settings).model_dump(mode="json")
+        for key, value in values.items():
+            extra = model.model_fields[key].json_schema_extra
+            plain = isinstance(extra, dict) and extra.get("not_secret")
+            lines.append(f"{root}.{key}={format_value(value if plain else mask_value(key, value))}")
+    return lines

@@ -104,6 +104,10 @@ def _load(raw: dict[str, Any], where: str, overrides: Iterable[str]) -> LoadedEx
     for o in parsed:
         if o.is_backend:
             set_path(backend_settings, o.path, o.value)
+    if backend_settings:  # every backend's keys validated like the Experiment's own: an unknown one is exit 2
+        from evalfleet.backend_registry import check_backend_settings
+
+        check_backend_settings(backend_settings)
 
     # read_document's tree is already a copy in which YAML aliases (`*pi0_policy`) are independent, so
     # an override of one Run never reaches another Run that shares the anchor.

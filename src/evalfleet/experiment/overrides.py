@@ -14,8 +14,16 @@ from evalfleet.experiment.safe_yaml import MAX_DEPTH, parse_yaml
 WHERE = "command line"
 PREFIX_ALIASES = ("experiment_cfg.",)
 EXPERIMENT_ROOTS = ("runs", "shared", "stopping", "seed", "name", "server_sharing", "tracking")
-# Backend settings live under their own prefix; backends validate them (see execution/settings.py).
-BACKEND_ROOTS = ("osmo", "ray", "local", "experiment_runner", "slurm")  # experiment_runner: Arena's runner task
+
+
+def backend_roots() -> list[str]:
+    """The roots of backend settings (`ray.address=...`): each registered backend's own, and any other root it
+    owns (OSMO: `experiment_runner`, Arena's runner task). See evalfleet/backend_registry.py."""
+    from evalfleet.backend_registry import setting_roots
+    from evalfleet.plugins import load_registries
+
+    load_registries()
+    return sorted(setting_roots())
 
 
 @dataclass(frozen=True)
@@ -30,7 +38,7 @@ class Override:
 
     @property
     def is_backend(self) -> bool:
-        return self.path[0] in BACKEND_ROOTS
+        return self.path[0] not in EXPERIMENT_ROOTS  # parse_override admits only the two kinds of root
 
 
 def parse_override(text: str) -> Override:
@@ -48,8 +56,9 @@ def parse_override(text: str) -> Override:
         raise UserError(f"override {text[:80]!r}...: more than {MAX_DEPTH} key segments", where=WHERE)
     if any(not part for part in path):
         raise UserError(f"override {text!r} has an empty key segment", where=WHERE)
-    if path[0] not in EXPERIMENT_ROOTS + BACKEND_ROOTS:
-        roots = ", ".join(f"{r}." for r in EXPERIMENT_ROOTS[:3] + BACKEND_ROOTS) + ", seed, name"
+    backends = backend_roots()
+    if path[0] not in (*EXPERIMENT_ROOTS, *backends):
+        roots = ", ".join(f"{r}." for r in (*EXPERIMENT_ROOTS[:3], *backends)) + ", seed, name"
         raise UserError(f"override {text!r}: unknown key {path[0]!r}; keys start with {roots}", where=WHERE)
     if path[0] in ("seed", "name", "server_sharing") and len(path) != 1:
         raise UserError(f"override {text!r}: {path[0]} has no sub-keys", where=WHERE)

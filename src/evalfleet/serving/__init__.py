@@ -5,5 +5,6 @@ bindings (`evalfleet.serving.bindings.SERVER_BINDINGS`). Heavy dependencies (web
 imported only when a server or client is actually used.
 """
 
-from evalfleet.serving import gr00t, lerobot, openpi, vlaeval  # noqa: F401 - registers the remote-client policies
-from evalfleet.serving import bindings  # noqa: F401 - registers the server bindings
+# Each protocol module registers its protocol, its remote-client policy and that client's server binding.
+from evalfleet.serving import gr00t, lerobot, openpi, vlaeval  # noqa: F401
+from evalfleet.serving import arena_bindings  # noqa: F401 - Arena's remote policy types' server bindings

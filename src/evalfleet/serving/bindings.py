@@ -210,7 +210,7 @@ def evalfleet_argv(python: str | None) -> list[str]:
     return ["evalfleet"] if not python else [interpreter(python), "-m", "evalfleet.cli"]
 
 
-def _evalfleet_serve(protocol: str) -> Callable[[dict[str, Any], str, int, Any], ServerCommand]:
+def evalfleet_serve_command(protocol: str) -> Callable[[dict[str, Any], str, int, Any], ServerCommand]:
     def build(options: dict[str, Any], host: str, port: int, context: Any) -> ServerCommand:
         spec = dict(options.get("serve") or {})
         served_type = spec.pop("type", None)
@@ -245,7 +245,7 @@ def _evalfleet_serve(protocol: str) -> Callable[[dict[str, Any], str, int, Any],
     return build
 
 
-def _evalfleet_server_options(options: dict[str, Any]) -> dict[str, Any]:
+def evalfleet_server_options(options: dict[str, Any]) -> dict[str, Any]:
     return {
         "serve": options.get("serve"),
         "batching": options.get("batching") or {},
@@ -258,199 +258,27 @@ def _evalfleet_server_options(options: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _evalfleet_resources(options: dict[str, Any]) -> ServerResources:
+def evalfleet_resources(options: dict[str, Any]) -> ServerResources:
     res = dict(options.get("server_resources") or {})
     return ServerResources(gpus=int(res.get("gpus", 0)), cpus=float(res.get("cpus", 1)),
                            memory_gb=float(res.get("memory_gb", 2)))
 
 
-for _protocol in ("openpi", "gr00t"):  # their clients, openpi_remote and gr00t_remote, with `serve:`
-    register_binding(ServerBinding(
-        policy_type=wire_protocol(_protocol).client,
-        protocol=_protocol,
+def register_served_protocol(protocol: str) -> ServerBinding:
+    """The binding of a protocol's remote-client policy type with `serve:` (openpi_remote, gr00t_remote, a
+    plug-in's): `evalfleet serve <serve.type> --protocol PROTOCOL`, started by the backend, the client wired to
+    it. A protocol module (or a plug-in's) calls it right after `register_protocol`."""
+    return register_binding(ServerBinding(
+        policy_type=wire_protocol(protocol).client,
+        protocol=protocol,
         api_key_field="api_key",
-        command_builder=_evalfleet_serve(_protocol),
-        server_options=_evalfleet_server_options,
-        resources=_evalfleet_resources,
+        command_builder=evalfleet_serve_command(protocol),
+        server_options=evalfleet_server_options,
+        resources=evalfleet_resources,
         needs_server=lambda options: bool(options.get("serve")),
         context_keys=("env_type", "action_dim"),
-        summary=f"`evalfleet serve <serve.type> --protocol {_protocol}`",
+        summary=f"`evalfleet serve <serve.type> --protocol {protocol}`",
     ))
-
-
-# ===================================================================== vla-eval
-
-
-def _vlaeval_command(options: dict[str, Any], host: str, port: int, context: Any) -> ServerCommand:
-    """`evalfleet serve ... --protocol vla-eval` for `serve:`, or vla-eval's own launcher for a model-server
-    YAML (`vla-eval serve --config CFG --address HOST:PORT --arg KEY=VALUE ...`, which runs the YAML's
-    script through `uv run` in its own environment)."""
-    config = options.get("vla_eval_config")
-    if config and options.get("serve"):
-        raise UserError("give either `serve` (an evalfleet policy) or `vla_eval_config` (a vla-eval model"
-                        " server), not both", key="policy.vla_eval_config")
-    if not config:
-        return _evalfleet_serve("vla-eval")(options, host, port, context)
-    argv = ["vla-eval", "serve", "--config", str(config), "--address", f"{host}:{port}"]
-    for key, value in sorted((options.get("vla_eval_args") or {}).items()):
-        argv += ["--arg", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
-    return ServerCommand(argv=argv)
-
-
-def _vlaeval_server_options(options: dict[str, Any]) -> dict[str, Any]:
-    return {**_evalfleet_server_options(options), "vla_eval_config": options.get("vla_eval_config"),
-            "vla_eval_args": options.get("vla_eval_args") or {}}
-
-
-register_binding(ServerBinding(
-    policy_type=wire_protocol("vla-eval").client,
-    protocol="vla-eval",
-    api_key_field="api_key",
-    command_builder=_vlaeval_command,
-    server_options=_vlaeval_server_options,
-    resources=_evalfleet_resources,
-    needs_server=lambda options: bool(options.get("serve") or options.get("vla_eval_config")),
-    context_keys=("env_type", "action_dim"),
-    summary="`evalfleet serve <serve.type> --protocol vla-eval`, or `vla-eval serve --config <vla_eval_config>`",
-))
-
-
-# ===================================================================== LeRobot
-
-LEROBOT_VERSION = "0.6.1"
-IN_THIS_PYTHON = "self"  # `python: self` serves a LeRobot checkpoint with evalfleet's own interpreter
-
-
-def lerobot_venv() -> Path:
-    """Where scripts/lerobot-env.sh builds LeRobot's Python 3.12 environment (outside any clone)."""
-    override = os.environ.get("EVALFLEET_LEROBOT_VENV")
-    if override:
-        return Path(override).expanduser()
-    cache = Path(os.environ.get("EVALFLEET_CACHE", Path.home() / ".cache" / "evalfleet")).expanduser()
-    return cache / "venvs" / f"lerobot-{LEROBOT_VERSION}"
-
-
-def _lerobot_serve(options: dict[str, Any]) -> dict[str, Any]:
-    """The `evalfleet serve` options of a `lerobot` Run: the checkpoint run by `lerobot_local`, in LeRobot's venv."""
-    if not options.get("path"):
-        raise UserError("needs `path`: a LeRobot checkpoint folder (what save_pretrained wrote)", key="policy.path")
-    serve = {"type": "lerobot_local", "path": str(Path(str(options["path"])).expanduser().absolute()),
-             "device": options.get("device", "cpu")}
-    if options.get("cameras"):
-        serve["cameras"] = dict(options["cameras"])
-    if options.get("threads") not in (None, "auto"):
-        serve["threads"] = options["threads"]
-    python = options.get("python") or str(lerobot_venv())
-    return {**options, "serve": serve, "python": None if python == IN_THIS_PYTHON else python}
-
-
-register_binding(ServerBinding(
-    policy_type="lerobot",
-    protocol="openpi",
-    api_key_field="api_key",
-    command_builder=lambda options, host, port, context: _evalfleet_serve("openpi")(
-        _lerobot_serve(options), host, port, context),
-    server_options=lambda options: _evalfleet_server_options(_lerobot_serve(options)),
-    resources=_evalfleet_resources,
-    context_keys=("env_type", "action_dim"),
-    summary="`evalfleet serve lerobot_local --protocol openpi` in LeRobot's venv (scripts/lerobot-env.sh)",
-))
-
-
-# ===================================================================== Arena's remote policies
-
-OPENPI_SERVER_IMAGE = "nvcr.io/nvstaging/isaac-amr/isaaclab_arena:openpi_server"
-COSMOS_SERVER_IMAGE = "nvcr.io/nvstaging/isaac-amr/isaaclab_arena:cosmos_server"
-GR00T_SERVER_IMAGE = "nvcr.io/nvstaging/isaac-amr/gr00t_1_6_droid"
-
-# Arena's pi0 `policy_variant` → openpi training config and checkpoint it serves.
-PI0_VARIANTS = {
-    "pi05": ("pi05_droid_jointpos_polaris", "gs://openpi-assets-simeval/pi05_droid_jointpos"),
-    "pi0": ("pi0_droid_jointpos_polaris", "gs://openpi-assets-simeval/pi0_droid_jointpos"),
-}
-GPU_SERVER = ServerResources(gpus=1, cpus=8, memory_gb=64)
-
-
-def _server_section(options: dict[str, Any]) -> dict[str, Any]:
-    """evalfleet's optional `server:` mapping in an Arena policy's options overrides server defaults."""
-    section = options.get("server") or {}
-    if not isinstance(section, dict):
-        raise UserError("must be a mapping of server settings", key="policy.server")
-    return section
-
-
-def _pi0_server_options(options: dict[str, Any]) -> dict[str, Any]:
-    variant = options.get("policy_variant", "pi05")
-    server = _server_section(options)
-    if variant not in PI0_VARIANTS and not ("config" in server and "dir" in server):
-        raise UserError(f"unknown policy_variant {variant!r} (known: {', '.join(PI0_VARIANTS)}), or give"
-                        " server.config and server.dir", key="policy.policy_variant")
-    config, directory = PI0_VARIANTS.get(variant, (None, None))
-    return {"policy_variant": variant, "config": server.get("config", config), "dir": server.get("dir", directory),
-            "image": server.get("image", OPENPI_SERVER_IMAGE)}
-
-
-def _pi0_command(options: dict[str, Any], host: str, port: int, context: Any) -> ServerCommand:
-    s = _pi0_server_options(options)
-    return ServerCommand(
-        argv=["uv", "run", "scripts/serve_policy.py", f"--port={port}", "policy:checkpoint",
-              f"--policy.config={s['config']}", f"--policy.dir={s['dir']}"],
-        env={"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.5"},
-        cwd="/app",
-        image=s["image"],
-    )
-
-
-def _cosmos_server_options(options: dict[str, Any]) -> dict[str, Any]:
-    server = _server_section(options)
-    return {"checkpoint": server.get("checkpoint", "/workspace/baked_checkpoint"),
-            "image": server.get("image", COSMOS_SERVER_IMAGE)}
-
-
-def _cosmos_command(options: dict[str, Any], host: str, port: int, context: Any) -> ServerCommand:
-    s = _cosmos_server_options(options)
-    return ServerCommand(
-        argv=["python", "-m", "cosmos_framework.scripts.action_policy_server_robolab", "--checkpoint_path",
-              s["checkpoint"], "--port", str(port), "--format-prompt-as-json", "True"],
-        image=s["image"],
-    )
-
-
-def _gr00t_server_options(options: dict[str, Any]) -> dict[str, Any]:
-    server = _server_section(options)
-    return {"model_path": server.get("model_path", "/workspace/pretrained_ckpts/GR00T-N1.6-DROID"),
-            "embodiment_tag": server.get("embodiment_tag", "OXE_DROID"),
-            "image": server.get("image", GR00T_SERVER_IMAGE)}
-
-
-def _gr00t_command(options: dict[str, Any], host: str, port: int, context: Any) -> ServerCommand:
-    s = _gr00t_server_options(options)
-    return ServerCommand(
-        argv=["uv", "run", "python", "gr00t/eval/run_gr00t_server.py", f"--model_path={s['model_path']}",
-              f"--embodiment_tag={s['embodiment_tag']}", f"--host={host}", f"--port={port}"],
-        cwd="/workspace",
-        image=s["image"],
-    )
-
-
-def _arena_binding(policy_type: str, short_name: str, protocol: str, summary: str,
-                   command: Callable[[dict[str, Any], str, int, Any], ServerCommand],
-                   server_options: Callable[[dict[str, Any]], dict[str, Any]], **more: Any) -> ServerBinding:
-    """An Arena remote policy's binding: its client options `remote_host`/`remote_port`, a GPU server."""
-    return register_binding(ServerBinding(
-        policy_type=policy_type, protocol=protocol, host_field="remote_host", port_field="remote_port",
-        command_builder=command, server_options=server_options, resources=lambda o: GPU_SERVER, summary=summary,
-        **more), short_name)
-
-
-_arena_binding("isaaclab_arena_openpi.policy.pi0_remote_policy.Pi0RemotePolicy", "pi0_remote", "openpi",
-               "Arena pi0/pi0.5: openpi scripts/serve_policy.py policy:checkpoint", _pi0_command, _pi0_server_options)
-_arena_binding("isaaclab_arena_cosmos.policy.cosmos_remote_policy.CosmosRemotePolicy", "cosmos_remote", "openpi",
-               "Arena Cosmos: cosmos_framework action_policy_server_robolab (openpi protocol)", _cosmos_command,
-               _cosmos_server_options)
-_arena_binding("isaaclab_arena_gr00t.policy.gr00t_remote_closedloop_policy.Gr00tRemoteClosedloopPolicy",
-               "gr00t_remote_closedloop", "gr00t", "Arena GR00T: gr00t/eval/run_gr00t_server.py (ZMQ)", _gr00t_command,
-               _gr00t_server_options, api_key_field="remote_api_token")  # Arena's option name for the key
 
 
 def server_process(binding: ServerBinding, options: dict[str, Any], context: Any, log_path: Any, *,

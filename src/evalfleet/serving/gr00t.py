@@ -41,6 +41,7 @@ from evalfleet.policies.base import POLICIES, BasePolicy, PolicySpec
 from evalfleet.serving.client_options import RemoteClientOptions, with_api_key
 from evalfleet.serving.common import AuthenticationError, RemotePolicyError, validate_options
 from evalfleet.serving.msgpack_numpy import WireFormatError, gr00t_packb, gr00t_unpackb, peek_map
+from evalfleet.serving.bindings import register_served_protocol
 from evalfleet.serving.protocols import WireProtocol, register_protocol
 from evalfleet.serving.reconnect import ReconnectPolicy
 from evalfleet.serving.server_base import PolicyServer
@@ -399,3 +400,4 @@ register_protocol(WireProtocol(
     name="gr00t", server=Gr00tServer, client="gr00t_remote", healthy=gr00t_ping, default_port=DEFAULT_PORT,
     summary="Isaac-GR00T's ZMQ request/reply protocol (msgpack, arrays as .npy bytes, `ping`)",
 ))
+register_served_protocol("gr00t")  # openpi_remote/gr00t_remote with `serve:`: `evalfleet serve ... --protocol gr00t`

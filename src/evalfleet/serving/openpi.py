@@ -37,6 +37,7 @@ from evalfleet.policies.base import POLICIES, SPEC_KEY, BasePolicy, PolicySpec, 
 from evalfleet.serving import msgpack_numpy, websocket
 from evalfleet.serving.client_options import RemoteClientOptions, with_api_key
 from evalfleet.serving.common import AuthenticationError, RemotePolicyError, validate_options
+from evalfleet.serving.bindings import register_served_protocol
 from evalfleet.serving.protocols import WireProtocol, register_protocol
 from evalfleet.serving.reconnect import ReconnectPolicy
 from evalfleet.serving.websocket import WebsocketServer
@@ -288,3 +289,4 @@ register_protocol(WireProtocol(
     name="openpi", server=OpenpiServer, client="openpi_remote", healthy=openpi_healthy, default_port=DEFAULT_PORT,
     summary="openpi's websocket protocol (msgpack with numpy arrays, metadata frame on connect, GET /healthz)",
 ))
+register_served_protocol("openpi")  # openpi_remote/gr00t_remote with `serve:`: `evalfleet serve ... --protocol openpi`

@@ -29,6 +29,7 @@ Each connection is one env on the server side, so concurrent connections are bat
 from __future__ import annotations
 
 import http
+import json
 import logging
 import time
 from typing import Any
@@ -36,12 +37,20 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from evalfleet.errors import InfrastructureError
+from evalfleet.errors import InfrastructureError, UserError
 from evalfleet.policies.base import GRIPPER_CONVENTIONS, POLICIES, SPEC_KEY, BasePolicy, PolicySpec, SpecMismatchError
 from evalfleet.serving import websocket
+from evalfleet.serving.bindings import (
+    ServerBinding,
+    ServerCommand,
+    evalfleet_resources,
+    evalfleet_serve_command,
+    evalfleet_server_options,
+    register_binding,
+)
 from evalfleet.serving.client_options import RemoteClientOptions
 from evalfleet.serving.common import AuthenticationError, RemotePolicyError, validate_options
-from evalfleet.serving.protocols import WireProtocol, register_protocol
+from evalfleet.serving.protocols import WireProtocol, register_protocol, wire_protocol
 from evalfleet.serving.reconnect import ReconnectPolicy
 from evalfleet.serving.vlaeval_codec import MESSAGE_TYPES, WireFormatError, pack, unpack  # noqa: F401 - the codec
 from evalfleet.serving.websocket import WebsocketServer
@@ -398,4 +407,41 @@ def make_vlaeval_remote(options: Any, context: Any = None) -> VlaEvalRemotePolic
 register_protocol(WireProtocol(
     name="vla-eval", server=VlaEvalServer, client="vlaeval_remote", healthy=vlaeval_healthy,
     default_port=DEFAULT_PORT, summary="vla-eval's websocket protocol (msgpack envelopes, HELLO, GET /health)",
+))
+
+
+# The server binding of `vlaeval_remote`: evalfleet's own server, or one of vla-eval's model servers.
+
+
+def _vlaeval_command(options: dict[str, Any], host: str, port: int, context: Any) -> ServerCommand:
+    """`evalfleet serve ... --protocol vla-eval` for `serve:`, or vla-eval's own launcher for a model-server
+    YAML (`vla-eval serve --config CFG --address HOST:PORT --arg KEY=VALUE ...`, which runs the YAML's
+    script through `uv run` in its own environment)."""
+    config = options.get("vla_eval_config")
+    if config and options.get("serve"):
+        raise UserError("give either `serve` (an evalfleet policy) or `vla_eval_config` (a vla-eval model"
+                        " server), not both", key="policy.vla_eval_config")
+    if not config:
+        return evalfleet_serve_command("vla-eval")(options, host, port, context)
+    argv = ["vla-eval", "serve", "--config", str(config), "--address", f"{host}:{port}"]
+    for key, value in sorted((options.get("vla_eval_args") or {}).items()):
+        argv += ["--arg", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
+    return ServerCommand(argv=argv)
+
+
+def _vlaeval_server_options(options: dict[str, Any]) -> dict[str, Any]:
+    return {**evalfleet_server_options(options), "vla_eval_config": options.get("vla_eval_config"),
+            "vla_eval_args": options.get("vla_eval_args") or {}}
+
+
+register_binding(ServerBinding(
+    policy_type=wire_protocol("vla-eval").client,
+    protocol="vla-eval",
+    api_key_field="api_key",
+    command_builder=_vlaeval_command,
+    server_options=_vlaeval_server_options,
+    resources=evalfleet_resources,
+    needs_server=lambda options: bool(options.get("serve") or options.get("vla_eval_config")),
+    context_keys=("env_type", "action_dim"),
+    summary="`evalfleet serve <serve.type> --protocol vla-eval`, or `vla-eval serve --config <vla_eval_config>`",
 ))

@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from evalfleet.cli import main
-from evalfleet.execution.slurm.render import read_jobs
-from evalfleet.execution.slurm.paths import SlurmPaths
+from evalfleet.backends.slurm.render import read_jobs
+from evalfleet.backends.slurm.paths import SlurmPaths
 
 TIMING = ("timestamp", "duration_s", "policy_latency_ms")  # what differs between any two runs of one Experiment
 

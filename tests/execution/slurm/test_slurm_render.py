@@ -21,7 +21,7 @@ import yaml
 from evalfleet.cli import main
 from evalfleet.errors import UserError
 from evalfleet.execution.settings import backend_settings
-from evalfleet.execution.slurm import parse_sacct
+from evalfleet.backends.slurm.commands import parse_sacct
 from evalfleet.experiment.overrides import format_value
 
 SECRET = "sk-live-$(touch LEAK)-9f8e7d"
@@ -89,8 +89,8 @@ def test_dry_run_writes_one_script_per_job_with_its_sbatch_lines(tmp_path: Path,
     assert "exec " in runners and "-m evalfleet.execution.watchdog" in runners
     server = files["server-served-server.sbatch"]
     assert "#SBATCH --gpus=1" in server and "#SBATCH --mem=8G" in server
-    assert "-m evalfleet.execution.slurm serve" in server
-    assert "-m evalfleet.execution.slurm collect" in files["collect.sbatch"]
+    assert "-m evalfleet.backends.slurm serve" in server
+    assert "-m evalfleet.backends.slurm collect" in files["collect.sbatch"]
     for text in files.values():
         subprocess.run(["bash", "-n"], input=text, text=True, check=True)
 
@@ -205,7 +205,7 @@ def test_a_task_stopped_by_the_signal_before_its_time_limit_says_so() -> None:
                                                    ("slurm.mem=4G", "my out", "--output")])
 def test_run_refuses_before_the_output_folder_exists(tmp_path: Path, monkeypatch, capsys, override: str,
                                                      output: str, key: str) -> None:
-    import evalfleet.execution.slurm.commands as commands
+    import evalfleet.backends.slurm.commands as commands
 
     monkeypatch.setattr(commands.shutil, "which", lambda name: f"/usr/bin/{name}")  # as on a login node
     folder = tmp_path / output
@@ -247,7 +247,7 @@ def test_slurm_submit_dry_run_of_a_stopping_experiment_writes_the_driver_only(tm
 def test_the_collect_job_waits_for_the_accounting_of_an_ended_array(tmp_path: Path, monkeypatch) -> None:
     # slurmctld hands an ended task's record to slurmdbd a moment later: a job after the array (afterany) can ask
     # sacct before it knows task 0. A `sacct` on PATH that learns of task 0 on its third call.
-    from evalfleet.execution.slurm.commands import settled_array_states
+    from evalfleet.backends.slurm.commands import settled_array_states
 
     calls = tmp_path / "calls"
     sacct = tmp_path / "bin" / "sacct"

@@ -57,7 +57,7 @@ def test_submit_of_a_stopping_experiment_is_one_driver_job_deciding_as_local(slu
     inside the cluster and finalizes: the same comparisons and per-episode records as the local run."""
     import time
 
-    from evalfleet.execution.slurm.commands import queued
+    from evalfleet.backends.slurm.commands import queued
 
     exp, local = reference
     out = tmp_path / "submitted"

@@ -16,8 +16,8 @@ import threading
 from pathlib import Path
 
 from evalfleet.cli import main
-from evalfleet.execution.slurm.paths import SlurmPaths
-from evalfleet.execution.slurm.render import read_jobs
+from evalfleet.backends.slurm.paths import SlurmPaths
+from evalfleet.backends.slurm.render import read_jobs
 
 from test_slurm_cluster import EXPERT, SMALL, assert_same_as_local, gated_plugins, records, run_beside, wait_for, write
 
