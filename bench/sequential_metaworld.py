@@ -7,10 +7,10 @@ action-noise levels, run sequentially and as a fixed-N run of the cap; the same 
 Sequential: the Experiment with `stopping: {wave, max_episodes: cap, compare: {baseline: expert}}`, run with
 `evalfleet.run`; its verdicts and `stopped_at` come from its `experiment_result.json`. Fixed N: the same Experiment
 without `stopping` (every Run runs `cap` episodes), then the same test decided once at the cap:
-`analysis.sequential.decide_family` with one look (wave = max_episodes = cap) on the recorded outcomes, i.e. the
-exact McNemar test on the discordant pairs with Holm's step-down over the comparisons. Episodes used are counted
-from the records of each output folder. Everything is seeded by the Experiment, so two runs give the same numbers.
-Prints JSON with the machine.
+`analysis.stopping.state` (what the product decides with) with one look (wave = max_episodes = cap) on the recorded
+outcomes, i.e. the exact McNemar test on the discordant pairs with Holm's step-down over the comparisons. Episodes
+used are counted from the records of each output folder. Everything is seeded by the Experiment, so two runs give
+the same numbers. Prints JSON with the machine.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import emit, machine
 
 import evalfleet
-from evalfleet.analysis.sequential import decide_family
+from evalfleet.analysis.stopping import PairRule, RunRule, state
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -90,11 +90,10 @@ def main() -> None:
     runs = ["expert"] + [noisy(level) for level in args.levels]
     seq_used = {r: len(outcomes(seq_out, r)) for r in runs}
     fixed = {r: outcomes(fixed_out, r) for r in runs}
-    fixed_decisions = decide_family([(fixed[noisy(level)], fixed["expert"]) for level in args.levels],
-                                    args.cap, args.cap, args.alpha)
+    fixed_decisions = fixed_n_decisions(fixed, args)
     seq = {c["policy"]: c for c in json.loads((seq_out / "experiment_result.json").read_text())["comparisons"]}
     comparisons = []
-    for level, fixed_d in zip(args.levels, fixed_decisions):
+    for level, fixed_d in zip(args.levels, fixed_decisions.pairs):
         run = noisy(level)
         s = seq[run]
         comparisons.append({
@@ -102,8 +101,9 @@ def main() -> None:
             "sequential": {"verdict": s["verdict"], "stopped_at": s["stopped_at"], "discordant": s["discordant"],
                            "policy_only": s["policy_only"], "baseline_only": s["baseline_only"],
                            "interval": s["interval"]},
-            "fixed_n": {"verdict": fixed_d.verdict, "episodes": args.cap, "policy_only": fixed_d.policy_only,
-                        "baseline_only": fixed_d.baseline_only, "statistic": round(fixed_d.statistic, 3),
+            "fixed_n": {"verdict": fixed_d.verdict, "episodes": args.cap,
+                        "policy_only": fixed_d.counts["policy_only"], "baseline_only": fixed_d.counts["baseline_only"],
+                        "statistic": round(fixed_d.statistic, 3),
                         "success_rate": round(sum(fixed[run]) / args.cap, 3)},
             "same_verdict": s["verdict"] == fixed_d.verdict,
         })
@@ -111,7 +111,7 @@ def main() -> None:
     emit({"design": {"task": args.task, "levels": args.levels, "wave": args.wave, "max_episodes": args.cap,
                      "alpha": args.alpha, "workers": args.workers,
                      "sequential_method": seq[noisy(args.levels[0])]["method"],
-                     "fixed_n_test": "analysis.sequential.decide_family with one look at the cap: exact McNemar on "
+                     "fixed_n_test": "analysis.stopping.state with one look at the cap: exact McNemar on "
                                      "the discordant pairs, Holm step-down over the comparisons"},
           "expert_success_rate_fixed_n": round(sum(fixed["expert"]) / args.cap, 3),
           "comparisons": comparisons,
@@ -119,6 +119,15 @@ def main() -> None:
           "episodes": {"sequential_per_run": seq_used, "sequential_total": total_seq, "fixed_n_total": total_fixed,
                        "ratio": round(total_seq / total_fixed, 3)},
           "seconds": {"sequential": round(seq_s, 1), "fixed_n": round(fixed_s, 1)}}, machine_before=before)
+
+
+def fixed_n_decisions(fixed: dict, args: argparse.Namespace):  # -> analysis.stopping.StoppingState
+    """The fixed-N verdicts as the product decides them: `stopping.state` with one look at the cap."""
+    runs = ["expert"] + [noisy(level) for level in args.levels]
+    rules = [RunRule(r, args.cap, args.cap) for r in runs]
+    pairs = [PairRule(args.task, noisy(level), "expert", noisy(level), "expert", args.cap, args.cap, args.alpha)
+             for level in args.levels]
+    return state(rules, pairs, {r: dict(enumerate(fixed[r])) for r in runs})
 
 
 if __name__ == "__main__":

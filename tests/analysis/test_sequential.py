@@ -1,4 +1,5 @@
-"""analysis.sequential: the group-sequential paired comparison, the anytime rate interval, sequential Holm."""
+"""analysis.sequential: the group-sequential paired comparison and the anytime rate interval; sequential Holm and
+precision stopping as the product decides them (analysis.stopping.state, the function the wave loop runs)."""
 
 from __future__ import annotations
 
@@ -7,17 +8,24 @@ import math
 import numpy as np
 import pytest
 
-from evalfleet.analysis.sequential import (
-    decide,
-    decide_family,
-    decide_many,
-    looks,
-    precision_stop,
-    rate_confidence_sequence,
-)
+from evalfleet.analysis.sequential import decide, decide_many, looks, rate_confidence_sequence
+from evalfleet.analysis.stopping import PairRule, RunRule, StoppingState, state
 from evalfleet.analysis.stats import mcnemar_exact, wilson_interval
 
 WAVE, CAP = 10, 200
+
+
+def family(pairs: list[tuple[np.ndarray, np.ndarray]], wave: int, cap: int, alpha: float) -> StoppingState:
+    """Policies p0, p1, ... against one baseline (each pair's second arm: the same outcomes in every pair here, or
+    its own baseline Run per pair), decided by `stopping.state` on every outcome recorded."""
+    rules, pair_rules, outcomes = [], [], {}
+    for i, (a, b) in enumerate(pairs):
+        outcomes[f"p{i}"] = {k: int(v) for k, v in enumerate(a)}
+        outcomes[f"b{i}"] = {k: int(v) for k, v in enumerate(b)}
+        rules += [RunRule(f"p{i}", wave, cap), RunRule(f"b{i}", wave, cap)]
+        # one family: one baseline name, alpha and spending (the baseline's outcomes are each pair's own)
+        pair_rules.append(PairRule("task", f"p{i}", "baseline", f"p{i}", f"b{i}", wave, cap, alpha))
+    return state(rules, pair_rules, outcomes)
 
 
 def _paired(rng: np.random.Generator, reps: int, p_a: float, p_b: float, n: int = CAP) -> tuple[np.ndarray, ...]:
@@ -115,14 +123,14 @@ def test_holm_steps_down():
     medium = _paired(rng, 1, 0.8, 0.6)
     null = _paired(rng, 1, 0.6, 0.6)
     pairs = [(clear[0][0], clear[1][0]), (medium[0][0], medium[1][0]), (null[0][0], null[1][0])]
-    family = decide_family(pairs, WAVE, CAP, 0.05)
-    assert family[0].verdict == "better"
-    assert family[2].verdict in ("undecided", "better", "worse")
-    assert all("Holm" in d.method and d.details["family_size"] == 3 for d in family)
+    decided = family(pairs, WAVE, CAP, 0.05)
+    assert decided.done and [p.family_size for p in decided.pairs] == [3, 3, 3]
+    got = [p.verdict for p in decided.pairs]
+    assert got[0] == "better"
+    assert got[2] in ("undecided", "better", "worse")
     # Holm never rejects fewer than Bonferroni nor more than the unadjusted tests
     bonferroni = [decide(x, y, WAVE, CAP, 0.05 / 3).verdict for x, y in pairs]
     unadjusted = [decide(x, y, WAVE, CAP, 0.05).verdict for x, y in pairs]
-    got = [d.verdict for d in family]
     for bon, hol, raw in zip(bonferroni, got, unadjusted):
         assert bon in ("undecided",) or hol == bon
         assert hol == "undecided" or raw == hol
@@ -140,8 +148,10 @@ def test_holm_example_where_step_down_matters():
         pytest.skip("no example drawn")
     clear = _paired(rng, 1, 0.95, 0.3)
     null = (np.tile([1, 0], CAP // 2), np.tile([1, 0], CAP // 2))
-    family = decide_family([(clear[0][0], clear[1][0]), (x, y), null], WAVE, CAP, 0.05)
-    assert [d.verdict for d in family] == ["better", "better", "undecided"]
+    decided = family([(clear[0][0], clear[1][0]), (x, y), null], WAVE, CAP, 0.05)
+    assert [p.verdict for p in decided.pairs] == ["better", "better", "undecided"]
+    alone = family([(x, y)], WAVE, CAP, 0.05 / 3)  # at alpha/3 throughout it is not rejected
+    assert alone.pairs[0].verdict != "better"
 
 
 def test_rate_sequence_contains_wilson_and_covers_at_every_look():
@@ -161,10 +171,15 @@ def test_rate_sequence_contains_wilson_and_covers_at_every_look():
 
 
 def test_precision_stop():
+    """A Run with only `precision: {half_width}` stops at the first look whose anytime interval is narrow enough,
+    and needs its next look while it is not."""
     x = np.tile([1, 1, 1, 0], 200)
-    d = precision_stop(x, WAVE, 800, half_width=0.1)
-    assert d.stopped_at is not None and d.stopped_at % WAVE == 0
-    assert (d.interval[1] - d.interval[0]) / 2 <= 0.1 and d.interval[0] < 0.75 < d.interval[1]
-    before = precision_stop(x[: d.stopped_at - WAVE], WAVE, 800, half_width=0.1)
-    assert before.stopped_at is None
-    assert precision_stop([], WAVE, 800, 0.1).stopped_at is None
+    rule = RunRule("r", WAVE, 800, half_width=0.1)
+    run = state([rule], [], {"r": {i: int(v) for i, v in enumerate(x)}}).runs["r"]
+    assert run.stopped_at is not None and run.stopped_at % WAVE == 0 and run.stopped_at < 800
+    assert (run.interval[1] - run.interval[0]) / 2 <= 0.1 and run.interval[0] < 0.75 < run.interval[1]
+    assert "precision reached" in run.reason
+    before = state([rule], [], {"r": {i: int(v) for i, v in enumerate(x[: run.stopped_at - WAVE])}}).runs["r"]
+    assert before.stopped_at is None and before.need == run.stopped_at - WAVE + WAVE
+    empty = state([rule], [], {"r": {}}).runs["r"]
+    assert empty.stopped_at is None and empty.need == WAVE

@@ -108,7 +108,7 @@ def test_a_wrong_cluster_setting_is_exit_2_naming_the_key_before_anything_is_wri
 
 
 def test_good_cluster_settings_still_pass() -> None:
-    from evalfleet.execution.settings import backend_settings
+    from evalfleet.backend_registry import backend_settings
 
     osmo = backend_settings("osmo", {"osmo": {
         "pool": "isaac-dev-l40-03", "platform": "ovx-l40", "credential": "evalfleet-secrets", "exec_timeout": "1d0h",

@@ -14,7 +14,8 @@ import yaml
 
 from evalfleet.errors import UserError
 from evalfleet.backends.osmo.workflow import render_workflows
-from evalfleet.execution.settings import backend_setting_leaves, backend_settings
+from evalfleet.backend_registry import backend_settings
+from evalfleet.experiment.listing import backend_setting_leaves
 from evalfleet.experiment.loading import load_experiment
 from evalfleet.experiment.plan import make_plan
 from evalfleet.serving.bindings import binding_for, needs_server

@@ -67,8 +67,8 @@ def run_with_ray(out: Path, overrides=SMALL, path=QUICKSTART, *, address=None, r
     from evalfleet.execution import pipeline
     from evalfleet.execution.backends import get_backend
 
-    loaded = pipeline.load(path, overrides)
-    backend = get_backend("ray", workers=2, address=address)
+    loaded = pipeline.load(path, [*overrides, *([f"ray.address={address}"] if address else [])])
+    backend = get_backend("ray", loaded.backend_settings, workers=2)
     pipeline.prepare(loaded, backend, out, resume=resume, shard_size=shard_size)
     plan, results = pipeline.execute(loaded, out, backend, shard_size=shard_size, progress=False)
     pipeline.finish_runs(plan, out, results)
@@ -95,8 +95,8 @@ def test_jobs_address_given_to_run_is_a_clear_error(tmp_path):
     import evalfleet
 
     with pytest.raises(evalfleet.UserError, match="Jobs API"):
-        evalfleet.run(QUICKSTART, overrides=SMALL, output=tmp_path / "out", backend="ray",
-                      ray_address="http://127.0.0.1:8265")
+        evalfleet.run(QUICKSTART, overrides=[*SMALL, "ray.address=http://127.0.0.1:8265"],
+                      output=tmp_path / "out", backend="ray")
     assert not (tmp_path / "out").exists() and not ray.is_initialized()
 
 
@@ -438,8 +438,8 @@ class TestSeparateCluster:
         import evalfleet
 
         assert not ray.is_initialized()
-        result = evalfleet.run(QUICKSTART, overrides=SMALL, output=tmp_path / "out", backend="ray",
-                               ray_address=cluster[0], progress=True)
+        result = evalfleet.run(QUICKSTART, overrides=[*SMALL, f"ray.address={cluster[0]}"],
+                               output=tmp_path / "out", backend="ray", progress=True)
         assert result.ok and result.exit_code == 0, str(result)
         assert list(result.runs) == ["push_expert", "push_expert_noisy", "pick_place_expert",
                                      "pick_place_expert_noisy"]  # the file's order

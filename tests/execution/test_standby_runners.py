@@ -27,15 +27,19 @@ def test_evalfleet_run_forks_first_attempts_and_gets_what_fresh_runners_get(writ
             "robot.action_noise": {"enabled": True, "distribution": "uniform", "low": 0.0, "high": 0.6}}),
     })
     outs = {}
-    for how, env in (("forked", plugin_env()), ("started", plugin_env(EVALFLEET_FRESH_RUNNERS="1"))):
-        out = outs[how] = tmp_path / how
-        proc = run_evalfleet("run", str(path), "--output", str(out), "--workers", "2", "--shard-size", "2",
+    # fresh runners asked for by the environment variable, or by the local backend's setting
+    for name, how, env, settings in (("forked", "forked", plugin_env(), []),
+                                     ("started", "started", plugin_env(EVALFLEET_FRESH_RUNNERS="1"), []),
+                                     ("setting", "started", plugin_env(), ["local.fresh_runners=true"])):
+        out = outs[name] = tmp_path / name
+        proc = run_evalfleet("run", str(path), *settings, "--output", str(out), "--workers", "2", "--shard-size", "2",
                              "--no-progress", env=env)
         assert proc.returncode == 0, proc.stderr
         for worker in (0, 1):
             log = (out / ".evalfleet" / f"worker-{worker}.log").read_text()
             assert f"attempt 1: {how} pid" in log and "attempt 1: completed" in log
     assert results_by_episode(outs["forked"]) == results_by_episode(outs["started"])
+    assert results_by_episode(outs["setting"]) == results_by_episode(outs["started"])
     assert len(results_by_episode(outs["forked"])) == 6
 
 

@@ -27,12 +27,19 @@ def test_every_protocol_is_registered_with_its_server_client_and_port():
         wire_protocol("http")
 
 
-def test_the_serve_command_offers_exactly_the_registered_protocols():
+def test_the_serve_command_takes_exactly_the_registered_protocols(capsys):
+    """`--protocol` is checked against the registry once the plug-ins are loaded (a plug-in's protocol is served:
+    tests/plugins/test_backend_and_protocol_plugins.py); anything else is refused naming the known ones."""
+    from evalfleet.cli import main
+
+    assert main(["serve", "zero", "--protocol", "openpj"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown protocol 'openpj'" in err and "--protocol" in err and "openpi" in err
     parser = argparse.ArgumentParser()
     serve_cli.register(parser.add_subparsers())
     serve = parser._subparsers._group_actions[0].choices["serve"]
     protocol = next(a for a in serve._actions if a.dest == "protocol")
-    assert sorted(protocol.choices) == PROTOCOLS.names()
+    assert protocol.choices is None and all(name in protocol.help for name in PROTOCOLS.names())
 
 
 def test_a_binding_takes_its_protocols_default_port_and_a_clients_binding_its_protocol():

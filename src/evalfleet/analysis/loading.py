@@ -318,7 +318,7 @@ def folder_plan(folder: Path) -> dict[str, int | None]:
     try:
         if path.is_symlink() or not path.is_file():
             return {}
-        return planned_episodes(*experiment_document(path.read_bytes(), str(path)))
+        return planned_episodes(experiment_document(path.read_bytes(), str(path)))
     except (OSError, UserError):
         return {}
 

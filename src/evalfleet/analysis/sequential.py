@@ -38,7 +38,8 @@ sequences", Ann. Statist. 49:1055; the betting view: Waudby-Smith & Ramdas 2023,
 mixture likelihood ratio stays below 1/alpha; by Ville's inequality it covers p at every n at once, so stopping
 once it is `half_width` narrow keeps its coverage. It is wider than the fixed-n Wilson interval: that is the price.
 
-Pure functions on 0/1 outcomes; numpy only. `decide_many` is the vectorised form the bench and tests use.
+Pure functions on 0/1 outcomes; numpy only. `decide_many` is the vectorised form the bench and tests use; the
+product's decisions over Runs and families (sequential Holm, precision) are analysis/stopping.py's `state`.
 """
 
 from __future__ import annotations
@@ -215,32 +216,6 @@ def decide(pairs_a: Sequence[int], pairs_b: Sequence[int], wave: int, max_episod
                     int(b[k]), {"alpha": alpha, "looks": all_looks, "discordant": disc})
 
 
-def decide_family(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], wave: int, max_episodes: int,
-                  alpha: float = 0.05, spending: str = "obrien_fleming", gamma: float | None = None
-                  ) -> list[Decision]:
-    """Several comparisons [(pairs_a, pairs_b), ...] with the family-wise error <= alpha: sequential Holm
-    (step-down: with l rejected, the rest at alpha / (m - l), until nothing new is rejected)."""
-    m = len(pairs)
-    decisions: list[Decision | None] = [None] * m
-    rejected = 0
-    while True:
-        level = alpha / (m - rejected) if m > rejected else alpha
-        current = [decisions[i] or decide(a, b, wave, max_episodes, level, spending, gamma)
-                   for i, (a, b) in enumerate(pairs)]
-        new = [i for i, d in enumerate(current) if decisions[i] is None and d.verdict in ("better", "worse")]
-        for i in new:
-            decisions[i] = current[i]
-        rejected += len(new)
-        if not new or rejected == m:
-            break
-    out = []
-    for i, d in enumerate(current):
-        d = decisions[i] or d
-        out.append(Decision(d.verdict, d.stopped_at, d.statistic, d.method + "; Holm step-down over the family",
-                            d.looks_taken, d.policy_only, d.baseline_only, {**d.details, "family_size": m}))
-    return out
-
-
 # ------------------------------------------------------------------------------------------------------------
 # One Run's success rate: the Beta(1/2, 1/2) mixture confidence sequence.
 
@@ -278,28 +253,3 @@ def rate_confidence_sequence(successes: np.ndarray | int, n: np.ndarray | int, a
     lower = np.where((s > 0) & (n > 0), lo_out, 0.0)
     upper = np.where((s < n) & (n > 0), hi_out, 1.0)
     return lower, upper
-
-
-@dataclass(frozen=True)
-class RateDecision:
-    stopped_at: int | None  # episodes at the look where the interval got narrow enough; None: not (yet)
-    rate: float
-    interval: tuple[float, float]
-    method: str = "Beta(1/2,1/2) mixture confidence sequence (anytime-valid)"
-
-
-def precision_stop(outcomes: Sequence[int], wave: int, max_episodes: int, half_width: float,
-                   alpha: float = 0.05) -> RateDecision:
-    """`precision: {half_width}` stopping for one Run: the first look whose anytime interval is at most
-    2 * half_width wide; the interval is the one at that look (or at the last look reached)."""
-    x = np.asarray(outcomes[:max_episodes], dtype=bool)
-    reached = [k for k in looks(wave, max_episodes) if k <= len(x)]
-    if not reached:
-        return RateDecision(None, math.nan, (0.0, 1.0))
-    cum = np.concatenate([[0], np.cumsum(x)])
-    s = cum[reached]
-    lower, upper = rate_confidence_sequence(s, np.asarray(reached), alpha)
-    narrow = np.nonzero((upper - lower) / 2 <= half_width)[0]
-    k = int(narrow[0]) if narrow.size else len(reached) - 1
-    return RateDecision(reached[k] if narrow.size else None, float(s[k] / reached[k]),
-                        (float(lower[k]), float(upper[k])))

@@ -1,10 +1,12 @@
 """The `evalfleet` command: every parser and handler lives in this package, one module per command family
 (`plan`: overrides, plan, variations; `run`: run, runner; `submit`; `serve`; `outputs`: collect, report;
-`analysis`: plot, sensitivity, compare, power; `watchdog`; `osmo_task`: the OSMO task-side steps). Each
+`analysis`: plot, sensitivity, compare, power; `watchdog`; `conditions`; `live`: watch; `osmo_task` and
+`slurm_task`: the OSMO and Slurm task-side steps). Each
 contributes its subcommands through a `register(subparsers)` function; handlers parse, call library functions
 and print, and import heavy dependencies lazily so `--help` stays fast. Nothing in the library imports this
-package; the two commands rendered task scripts run, `python -m evalfleet.execution.watchdog` and
-`python -m evalfleet.backends.osmo`, are those packages' thin `__main__` modules calling into it."""
+package; the three commands rendered task scripts run, `python -m evalfleet.execution.watchdog`,
+`python -m evalfleet.backends.osmo` and `python -m evalfleet.backends.slurm`, are those packages' thin `__main__`
+modules calling into it."""
 
 from __future__ import annotations
 

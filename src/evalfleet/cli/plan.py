@@ -112,7 +112,7 @@ _PORT_FLAG = re.compile(r"(--[\w.-]*port)([= ])(\d+)\b")
 
 def plan_lines(name: str, plan, width: int, *, order: str | None = None) -> list[str]:  # an experiment.plan.Plan
     """The plan as text lines for `width` columns: Run names whole, commands wrapped between arguments; `order`:
-    how the Runs are ordered on a cluster (`execution.osmo.run_order`), when that changes anything."""
+    how the Runs are ordered on a cluster (`backends.osmo.workflow.run_order`), when that changes anything."""
     from evalfleet.textlayout import Column, command_lines, table_lines, wrap_fields
 
     columns = [Column("run"), Column("task"), Column("policy"), Column("episodes", "right"), Column("envs", "right"),

@@ -14,6 +14,7 @@ from evalfleet.cli.experiment_args import (
     load_from_args,
     print_overrides,
 )
+from evalfleet.backend_registry import DEFAULT_BACKEND
 from evalfleet.layout import EXPERIMENT_FILE, RESULT_FILE
 
 
@@ -27,8 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_arena_runner_flags(p)
     p.add_argument("--output", "-o", metavar="DIR", help="output folder (default: outputs/<name>-<time>)")
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count)")
-    p.add_argument("--backend", default="local", help="where episodes run: a registered backend (built in: local, ray, "
-                   "slurm; see docs/cluster.md); its settings are overrides under its name, e.g. ray.address=auto")
+    p.add_argument("--backend", default=DEFAULT_BACKEND, help="where episodes run: a registered backend (built in: "
+                   "local, ray, slurm; see docs/cluster.md); its settings are overrides under its name, e.g. "
+                   "ray.address=auto")
     p.add_argument("--ray-address", metavar="ADDR", default=None,
                    help="Ray cluster address (HOST:6379 or auto), the same as ray.address=ADDR; default: a local "
                    "Ray instance sized to this machine")

@@ -1,5 +1,5 @@
 """The command line of the Slurm jobs' own steps, ``python -P -m evalfleet.backends.slurm serve|wire|collect``
-(the rendered batch scripts run it; `execution.slurm.task_steps` holds what each step does). Parsing only;
+(the rendered batch scripts run it; `backends.slurm.task_steps` holds what each step does). Parsing only;
 `backends/slurm/__main__.py` is a shim calling `main`, like the watchdog's and OSMO's."""
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Iterable
 
+from evalfleet.backend_registry import DEFAULT_BACKEND
 from evalfleet.errors import UserError
 from evalfleet.execution.argument_checks import check_count, check_workers, shown
 from evalfleet.execution.pipeline import run as pipeline_run
@@ -78,7 +79,7 @@ def check_common(function: str, *, experiment: Any, overrides: Any, output: Any,
 
 
 def run(experiment: str | os.PathLike[str] | LoadedExperiment, *, overrides: Iterable[str] = (),
-        output: str | os.PathLike[str] | None = None, backend: str = "local", workers: int | None = None,
+        output: str | os.PathLike[str] | None = None, backend: str = DEFAULT_BACKEND, workers: int | None = None,
         resume: bool = False, progress: bool = True, shard_size: int | None = None,
         watchdog: WatchdogConfig | None = None,
         log: Callable[[str], None] = stderr_log, fork_runners: EvalfleetMain | None = None) -> ExperimentResult:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Iterator, Protocol, TextIO
+from typing import Any, Callable, ContextManager, Iterable, Iterator, Protocol, TextIO
 
 from evalfleet.backend_registry import BACKENDS, spec_of
 from evalfleet.backend_registry import backend_settings as typed_settings
@@ -105,6 +105,7 @@ class Backend(Protocol):
 
     def close(self) -> None: ...
 
+    # A backend whose spec says `resubmits` also takes `resume=True` (submit again for a folder whose run died).
     def submit(self, loaded: LoadedExperiment, *, dry_run: bool, output_dir: str | None, stream: TextIO) -> int: ...
 
 
@@ -158,6 +159,12 @@ def get_backend(name: str, settings: dict[str, Any] | None = None, *, workers: i
     return entry.factory(settings=typed_settings(name, settings), workers=workers)
 
 
+def either(names: Iterable[str]) -> str:
+    """`local, ray or slurm`."""
+    listed = list(names)
+    return " or ".join(filter(None, [", ".join(listed[:-1]), listed[-1] if listed else ""]))
+
+
 def check_capabilities(loaded: LoadedExperiment, name: str, *, submitting: bool) -> None:
     """What the Experiment needs against what backend `name` declares (its spec), before anything is written:
     running or submitting at all, waves for sequential stopping, policy servers."""
@@ -173,7 +180,7 @@ def check_capabilities(loaded: LoadedExperiment, name: str, *, submitting: bool)
         for run_name, run in exp.runs.items():
             if run.stopping is not None:
                 key = "stopping" if exp.stopping is not None else f"runs.{run_name}.stopping"
-                waves = ", ".join(n for n in BACKENDS.names() if spec_of(n).sequential_waves)
+                waves = either(n for n in BACKENDS.names() if spec_of(n).sequential_waves)
                 raise UserError(
                     f"sequential stopping releases episodes a wave at a time, which the {name} backend cannot do "
                     f"(its tasks are fixed at submission): run it with --backend {waves}, or remove `stopping`",

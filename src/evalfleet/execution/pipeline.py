@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable
 
+from evalfleet.backend_registry import DEFAULT_BACKEND
 from evalfleet.errors import UserError
 from evalfleet.execution.backends import Backend, ExecutionJob, WorkerResult, check_capabilities, get_backend
 from evalfleet.execution.run_metadata import recorded
@@ -58,7 +59,7 @@ def check_shard_size(shard_size: int | None) -> None:
 
 
 def run(experiment: str | os.PathLike[str] | LoadedExperiment, *, overrides: Iterable[str] = (),
-        output: str | os.PathLike[str] | None = None, backend: str = "local", workers: int | None = None,
+        output: str | os.PathLike[str] | None = None, backend: str = DEFAULT_BACKEND, workers: int | None = None,
         resume: bool = False, progress: bool = True, shard_size: int | None = None,
         watchdog: WatchdogConfig | None = None,
         log: Callable[[str], None] = stderr_log, fork_runners: EvalfleetMain | None = None,

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from evalfleet.errors import UserError
 from evalfleet.experiment.overrides import WHERE as COMMAND_LINE
 from evalfleet.experiment.overrides import Override, parse_override, set_path
+from evalfleet.experiment.merge import runs_with_shared
 from evalfleet.experiment.safe_yaml import parse_yaml, read_text_bounded
 from evalfleet.experiment.schema import MAX_NAME, RUN_NAME, Experiment, Run, VariationSpec
 from evalfleet.secrets import mask_url, shown_input
@@ -250,19 +251,10 @@ def _flatten_variations(section: dict[str, Any], where: str, key: str) -> None:
     section["variations"] = flat
 
 
-def _deep_merge(low: Any, high: Any) -> Any:
-    if isinstance(low, dict) and isinstance(high, dict):
-        out = dict(low)
-        for k, v in high.items():
-            out[k] = _deep_merge(low[k], v) if k in low else copy.deepcopy(v)
-        return out
-    return copy.deepcopy(high)
-
-
 def _build(doc: dict[str, Any], where: str) -> Experiment:
     shared = doc.get("shared") or {}
     _check_shared(shared, where)
-    runs = {name: _deep_merge(shared, run) for name, run in doc["runs"].items()}
+    runs = runs_with_shared(doc["runs"], shared)
     top = {k: v for k, v in doc.items() if k not in ("runs", "shared")}
     from evalfleet.experiment.arena_keys import resolve_arena_keys
     from evalfleet.experiment.replay import attach_conditions

@@ -348,7 +348,7 @@ def _collect(sources: list[str], output: str, *, endpoint_url: str | None, repor
     if dest.exists() and not dest.isdir():
         raise UserError("output exists and is not a folder", where=dest.display())
 
-    experiment_bytes, experiment_loc, (named, shared) = read_experiment(locations)
+    experiment_bytes, experiment_loc, named = read_experiment(locations)
     found = find_sources(locations)
     if not found:
         raise UserError(f"no Runs found (looked for <run>/{RECORDS_FILE}, <run>/{PARTS_DIR}/*.jsonl or "
@@ -358,14 +358,14 @@ def _collect(sources: list[str], output: str, *, endpoint_url: str | None, repor
     if is_long(files=sum(len(src.record_files) for srcs in found.values() for src in srcs)):
         log.info("collecting %d Runs from %d source(s) into %s", len(names), len(locations), dest.display())
     with Staging(dest) as staging:  # nothing reaches the output before every Run has been read
-        runs = stream_runs(names, found, staging, plan=planned_episodes(named, shared), tables=tables)
+        runs = stream_runs(names, found, staging, plan=planned_episodes(named), tables=tables)
         outcomes = OutcomeRecords(runs)  # each Run's outcomes by episode, made from its digest when asked for
         result = build_result([r.summary for r in runs],
                               provenance(experiment_bytes, sources=[_safe_url(s) for s in sources]),
                               skipped=skipped_files(locations), records=outcomes,
                               protocols={r.name: r.protocol for r in runs if r.protocol},
                               failure_facts={r.name: r.failure_facts for r in runs})
-        result = add_stopping(result, named, shared, outcomes)  # sequential decisions
+        result = add_stopping(result, named, outcomes)  # sequential decisions
         staging.commit()
     for run in runs:
         _write_run(run, dest)
@@ -389,12 +389,11 @@ def skipped_files(locations: list[Location]) -> list[dict[str, str]]:
     return [{"path": loc.display(rel), "why": why} for loc in locations for rel, why in sorted(loc.skipped.items())]
 
 
-def read_experiment(locations: list[Location]) -> tuple[bytes | None, Location | None,
-                                                         tuple[dict[str, Any], dict[str, Any]]]:
+def read_experiment(locations: list[Location]) -> tuple[bytes | None, Location | None, dict[str, Any]]:
     """The first source's experiment.yaml that is a regular file in it and an Experiment (its bytes, where
-    it is, its Runs and `shared`); one that is not is skipped (`Location.skipped`), one that differs from the
+    it is, its Runs with `shared` merged in); one that is not is skipped (`Location.skipped`), one that differs from the
     first is logged."""
-    found: tuple[bytes | None, Location | None, tuple[dict[str, Any], dict[str, Any]]] = (None, None, ({}, {}))
+    found: tuple[bytes | None, Location | None, dict[str, Any]] = (None, None, {})
     for loc in locations:
         if not loc.is_file(EXPERIMENT_FILE):
             continue
@@ -413,19 +412,19 @@ def read_experiment(locations: list[Location]) -> tuple[bytes | None, Location |
     return found
 
 
-def _experiment_runs(experiment_bytes: bytes | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The Runs the output's experiment.yaml names, in its order, and its `shared` ({} when unreadable)."""
+def _experiment_runs(experiment_bytes: bytes | None) -> dict[str, Any]:
+    """The Runs the output's experiment.yaml names, in its order ({} when unreadable)."""
     if experiment_bytes is None:
-        return {}, {}
+        return {}
     try:
         return experiment_document(experiment_bytes, EXPERIMENT_FILE)
     except UserError:
-        return {}, {}
+        return {}
 
 
 def experiment_run_order(experiment_bytes: bytes | None) -> list[str]:
     """The Run names of an output's experiment.yaml, in its order ([] when there is none)."""
-    return [str(name) for name in _experiment_runs(experiment_bytes)[0]]
+    return [str(name) for name in _experiment_runs(experiment_bytes)]
 
 
 def in_experiment_order(found: list[Any], order: list[str]) -> list[Any]:

@@ -105,13 +105,13 @@ def write_report(directory: str | os.PathLike[str], *, title: str | None = None)
         raise UserError("no such folder (give the output folder of `evalfleet run` or `evalfleet collect`)",
                         where=mask_url(directory))
     loc = Location(url=directory, root=directory)
-    exp_bytes, _, (named, shared) = read_experiment([loc])
+    exp_bytes, _, named = read_experiment([loc])
     found = find_sources([loc])
     if not found:
         raise UserError("no Runs found here (expected <run>/episode_results.jsonl)", where=directory)
     with Staging(loc) as staging:  # the episode tables, moved in once every Run has been read
         runs = stream_runs(in_experiment_order(list(found), list(named)), found, staging, merged_only=True,
-                           plan=planned_episodes(named, shared), merged=False, tables=True)
+                           plan=planned_episodes(named), merged=False, tables=True)
         result = _read_result(loc)
         staging.commit()
     if result is None:

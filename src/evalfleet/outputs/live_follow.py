@@ -151,8 +151,7 @@ class FolderFollower:
         self.location = location
         self.runs: dict[str, LiveRun] = {}
         self.order: list[str] = []  # the Experiment's Run order, once experiment.yaml is there
-        self.named: dict[str, Any] = {}
-        self.shared: dict[str, Any] = {}
+        self.named: dict[str, Any] = {}  # experiment.yaml's Runs, `shared` merged in
         self.plan: dict[str, int | None] = {}
         self.metadata: dict[str, Any] | None = None
         self.finished = False  # collect wrote index.html and the run is no longer running
@@ -238,12 +237,12 @@ class FolderFollower:
         if self.order or not self._exists(EXPERIMENT_FILE):
             return False
         try:
-            self.named, self.shared = experiment_document(self.location.read_bytes(EXPERIMENT_FILE),
-                                                          self.location.display(EXPERIMENT_FILE))
+            self.named = experiment_document(self.location.read_bytes(EXPERIMENT_FILE),
+                                             self.location.display(EXPERIMENT_FILE))
         except (UserError, OSError):
             return False
         self.order = [str(n) for n in self.named]
-        self.plan = planned_episodes(self.named, self.shared)
+        self.plan = planned_episodes(self.named)
         return True
 
     def _exists(self, rel: str) -> bool:

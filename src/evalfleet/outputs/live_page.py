@@ -87,7 +87,7 @@ def stopping_decisions(follower: FolderFollower, names: list[str]) -> dict[str, 
     """{"runs": {run: its stopping entry}, "comparisons": [...]} when the Experiment stops sequentially."""
     if not any(isinstance(r, dict) and r.get("stopping") for r in follower.named.values()):
         return {}
-    result = add_stopping({"runs": {n: {} for n in names}}, follower.named, follower.shared, follower.records_of())
+    result = add_stopping({"runs": {n: {} for n in names}}, follower.named, follower.records_of())
     return {"runs": {n: r.get("stopping") for n, r in result.get("runs", {}).items() if r.get("stopping")},
             "comparisons": result.get("comparisons", [])}
 

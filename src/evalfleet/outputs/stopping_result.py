@@ -12,11 +12,11 @@ from pydantic import ValidationError
 from evalfleet.analysis.stopping import comparison_entry, decided_outcomes, rules_of, run_entry, state
 from evalfleet.experiment.schema import Experiment
 
-def add_stopping(result: dict[str, Any], named: dict[str, Any], shared: dict[str, Any],
+def add_stopping(result: dict[str, Any], named: dict[str, Any],
                  records: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """`result` with `comparisons` and `runs.<run>.stopping` added when any Run of the Experiment stops
     sequentially; unchanged otherwise (also when the document is not a valid resolved Experiment)."""
-    experiment = _experiment(named, shared)
+    experiment = _experiment(named)
     if experiment is None or not any(r.stopping is not None for r in experiment.runs.values()):
         return result
     try:
@@ -35,13 +35,11 @@ def add_stopping(result: dict[str, Any], named: dict[str, Any], shared: dict[str
     return out
 
 
-def _experiment(named: dict[str, Any], shared: dict[str, Any]) -> Experiment | None:
-    runs = {}
-    for name, run in named.items():
-        if not isinstance(run, dict):
-            return None
-        runs[name] = {**(shared or {}), **run}
+def _experiment(named: dict[str, Any]) -> Experiment | None:
+    """The Runs of experiment.yaml (`run_folder.experiment_document`: `shared` already merged in) as typed Runs."""
+    if not all(isinstance(run, dict) for run in named.values()):
+        return None
     try:
-        return Experiment.model_validate({"runs": runs})
+        return Experiment.model_validate({"runs": named})
     except (ValidationError, ValueError, TypeError):
         return None

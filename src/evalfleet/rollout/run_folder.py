@@ -185,10 +185,12 @@ def status_planned(status: dict[str, Any] | None) -> int | None:
 
 # --- the plan an output folder's experiment.yaml holds ---------------------------------------------------
 
-def experiment_document(data: bytes, where: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """An output folder's experiment.yaml → (its Runs by name in the file's order, its `shared` map).
+def experiment_document(data: bytes, where: str) -> dict[str, Any]:
+    """An output folder's experiment.yaml → its Runs by name in the file's order, each with `shared` merged in by
+    the loader's rule (experiment/merge.py; a resolved file has no `shared`, one written by hand may).
     Raises UserError when the bytes are not an Experiment: bounded YAML holding a `runs:` map (or list) of
     Runs with valid Run names (names become folder names, so `../x` is refused here)."""
+    from evalfleet.experiment.merge import runs_with_shared
     from evalfleet.experiment.safe_yaml import MAX_FILE_BYTES, parse_yaml
     from evalfleet.experiment.schema import RUN_NAME
 
@@ -208,16 +210,16 @@ def experiment_document(data: bytes, where: str) -> tuple[dict[str, Any], dict[s
     if bad:
         raise UserError(f"not an Experiment: bad Run name {str(bad[0])[:120]!r}", where=where)
     shared = doc.get("shared")
-    return {name: run if isinstance(run, dict) else {} for name, run in runs.items()}, \
-        shared if isinstance(shared, dict) else {}
+    return runs_with_shared({name: run if isinstance(run, dict) else {} for name, run in runs.items()},
+                            shared if isinstance(shared, dict) else {})
 
 
-def planned_episodes(runs: dict[str, Any], shared: dict[str, Any]) -> dict[str, int | None]:
+def planned_episodes(runs: dict[str, Any]) -> dict[str, int | None]:
     """Each Run's planned episode count from an Experiment document (None for a num_steps Run or when the file
     does not say): the plan `records.RunRecords` holds records to when a Run folder has no run_status.json."""
     out: dict[str, int | None] = {}
     for name, run in runs.items():
-        limit = run.get("rollout_limit") or shared.get("rollout_limit") or {}
+        limit = run.get("rollout_limit") or {}
         planned = limit.get("num_episodes") if isinstance(limit, dict) else None
         out[name] = planned if isinstance(planned, int) and not isinstance(planned, bool) and planned > 0 else None
     return out

@@ -20,7 +20,7 @@ import yaml
 
 from evalfleet.cli import main
 from evalfleet.errors import UserError
-from evalfleet.execution.settings import backend_settings
+from evalfleet.backend_registry import backend_settings
 from evalfleet.backends.slurm.commands import parse_sacct
 from evalfleet.experiment.overrides import format_value
 

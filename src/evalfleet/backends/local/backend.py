@@ -77,7 +77,7 @@ class LocalBackend(BackendBase):
             servers.stop()
 
     def execute(self, job: ExecutionJob, experiment_file: Path) -> list[WorkerResult]:
-        run = LocalRun(job, self.workers, experiment_file)
+        run = LocalRun(job, self.workers, experiment_file, fork=not self.settings.fresh_runners)
         return run.execute()
 
 
@@ -86,6 +86,7 @@ class LocalRun:
     job: ExecutionJob
     workers: int
     experiment_file: Path  # what workers load
+    fork: bool = True  # first attempts may be forked (execution/standby.py); local.fresh_runners=true: never
     stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
 
@@ -145,7 +146,7 @@ class LocalRun:
         """worker → a child forked now to become its first attempt (execution/standby.py), where allowed: from
         the job's runner template where it has one that can (execution/runner_template.py), else from here."""
         template, self.job.runner_template = self.job.runner_template, None  # used once
-        if not self.job.fork_runners or runner_argv(self.worker_command(0, [])) is None:
+        if not self.fork or not self.job.fork_runners or runner_argv(self.worker_command(0, [])) is None:
             if template is not None:
                 template.close()
             return {}

@@ -63,8 +63,10 @@ class OsmoSettings(BaseModel):
     memory: str = Field(default="128Gi", description="memory per runner and per server task")
     storage: str = Field(default="200Gi", description="disk per task")
     output_url: str | None = Field(default=None, description="where collect uploads (keep {{workflow_id}})")
+    # Named like a secret but holding a name (which OSMO credential to read): listed unmasked.
     credential: str = Field(default="evalfleet-secrets", description="OSMO generic credential holding the "
-                            "secrets tasks read (each api_key_env variable; AWS keys for output_url)")
+                            "secrets tasks read (each api_key_env variable; AWS keys for output_url)",
+                            json_schema_extra={"not_secret": True})
     priority: Literal["HIGH", "NORMAL", "LOW"] = "NORMAL"
     exec_timeout: str | None = Field(default=None, description="e.g. 12h; null: the pool's default")
     queue_timeout: str | None = Field(default=None, description="e.g. 2d; null: the pool's default")

@@ -20,13 +20,14 @@ from evalfleet.execution.threads import WorkerThread, wait_all
 from evalfleet.layout import EXPERIMENT_FILE
 from evalfleet.secrets import ENV_PREFIX
 
+
 def check_ray_arguments(address: str | None) -> None:
     """What can be refused before anything is written: Ray missing, a Jobs API address given to `run`."""
     import_ray()
     if address and address.startswith(("http://", "https://")):
         raise UserError(f"{address} looks like the Ray Jobs API (dashboard) address: give `evalfleet run` the "
                         "cluster address (HOST:6379, or auto), or submit with `evalfleet submit --backend ray "
-                        f"--ray-address {address}`", where="command line", key="--ray-address")
+                        f"--ray-address {address}`", where="command line", key="ray.address (--ray-address)")
 
 
 class RayBackend(BackendBase):
@@ -67,7 +68,7 @@ class RayBackend(BackendBase):
                     first = (str(exc).splitlines() or [""])[0]
                     raise UserError(f"cannot connect to the Ray cluster at {self.address}: {type(exc).__name__}: "
                                     f"{first} (is it running? does RAY_AUTH_MODE / the auth token match the "
-                                    "cluster's?)", where="command line", key="--ray-address") from None
+                                    "cluster's?)", where="command line", key="ray.address (--ray-address)") from None
             else:
                 # Records flow through actor calls, not the object store: a small one is plenty.
                 ray.init(num_cpus=self.workers or os.cpu_count() or 1, include_dashboard=False,
@@ -119,8 +120,8 @@ class RayBackend(BackendBase):
     def submit(self, loaded: Any, *, dry_run: bool, output_dir: str | None, stream: Any) -> int:
         """The whole evaluation as one Ray job (`submit_ray_job`); `address` is the Jobs API."""
         if not self.address:
-            raise UserError("--backend ray needs --ray-address http://HEAD:8265 (the Ray Jobs API of the cluster)",
-                            where="command line", key="--ray-address")
+            raise UserError("--backend ray needs --ray-address http://HEAD:8265 (or ray.address=...: the Ray Jobs "
+                            "API of the cluster)", where="command line", key="ray.address (--ray-address)")
         if dry_run:
             print(f"# would submit a Ray job to {self.address}: evalfleet run {EXPERIMENT_FILE} --backend ray"
                   f" --ray-address auto --no-progress, with this {EXPERIMENT_FILE}:", file=stream)
