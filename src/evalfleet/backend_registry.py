@@ -53,7 +53,7 @@ class BackendSpec:
     resubmits: bool = False  # `evalfleet submit --resume --output-dir OUT`: submits again for a folder that died
     sequential_waves: bool = True  # can release shards a wave at a time (`stopping:`); OSMO's tasks are fixed
     served_policies: bool = True  # starts the policy servers its Runs need
-    gpus: bool = False  # can give runners or servers GPUs
+    gpus: bool = False  # can give policy servers GPUs (a served Run asking for some is refused where not)
     task_entry: str | None = None  # what runs inside its cluster tasks (`python -m ...`), for the docs
     more_settings: dict[str, type[BaseModel]] = field(default_factory=dict)  # other roots it owns
 

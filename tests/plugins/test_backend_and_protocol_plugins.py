@@ -124,3 +124,23 @@ def test_serve_refuses_an_unknown_protocol_naming_the_known_ones(plugin_env):
     done = run_evalfleet("serve", "zero", "--protocol", "toy-jsn", env=plugin_env)
     assert done.returncode == 2
     assert "unknown protocol 'toy-jsn'" in done.stderr and "toy-json" in done.stderr
+
+
+def test_a_served_run_asking_for_gpus_is_refused_by_a_backend_that_has_none(tmp_path, monkeypatch):
+    from evalfleet.backend_registry import BACKENDS, register_backend
+    from evalfleet.errors import UserError
+    from evalfleet.execution.backends import check_capabilities
+    from evalfleet.experiment.loading import load_experiment
+
+    path = tmp_path / "gpu.yaml"
+    path.write_text(EXPERIMENT.replace("{type: metaworld_expert}", "{type: openpi_remote, serve: {type: zero}, "
+                                       "server_resources: {gpus: 2}}"))
+    loaded = load_experiment(path)
+    monkeypatch.setattr(BACKENDS, "_entries", dict(BACKENDS._entries))  # the registration below is undone after
+    register_backend("cpu-only", "evalfleet.backends.local.backend:LocalBackend", served_policies=True, gpus=False)
+    with pytest.raises(UserError) as refused:
+        check_capabilities(loaded, "cpu-only", submitting=False)
+    assert refused.value.key == "runs.push.policy.server_resources.gpus"
+    assert "needs 2 GPU(s), which the cpu-only backend cannot give it" in refused.value.message
+    assert "--backend local, osmo, ray or slurm" in refused.value.message
+    check_capabilities(loaded, "local", submitting=False)  # this machine's GPUs: not refused here

@@ -176,11 +176,20 @@ def check_capabilities(loaded: LoadedExperiment, name: str, *, submitting: bool)
                     f"sequential stopping releases episodes a wave at a time, which the {name} backend cannot do "
                     f"(its tasks are fixed at submission): run it with --backend {waves}, or remove `stopping`",
                     where=loaded.path, key=key)
-    if not spec.served_policies:
-        from evalfleet.serving.bindings import needs_server
+    from evalfleet.serving.bindings import binding_for, needs_server
 
-        for run_name, run in exp.runs.items():
-            if needs_server(run.policy.type, run.policy.options()):
-                raise UserError(f"Run {run_name!r} needs a policy server, which the {name} backend does not start: "
-                                "give its policy a client of a running server, or choose another --backend",
-                                where=loaded.path, key=f"runs.{run_name}.policy.type")
+    for run_name, run in exp.runs.items():
+        options = run.policy.options()
+        if not needs_server(run.policy.type, options):
+            continue
+        if not spec.served_policies:
+            raise UserError(f"Run {run_name!r} needs a policy server, which the {name} backend does not start: "
+                            "give its policy a client of a running server, or choose another --backend",
+                            where=loaded.path, key=f"runs.{run_name}.policy.type")
+        binding = binding_for(run.policy.type)
+        gpus = binding.resources(options).gpus if binding is not None else 0
+        if gpus and not spec.gpus:
+            able = either(n for n in BACKENDS.names() if spec_of(n).gpus)
+            raise UserError(f"Run {run_name!r}'s policy server needs {gpus} GPU(s), which the {name} backend cannot "
+                            f"give it: run it with --backend {able}, or ask for none", where=loaded.path,
+                            key=f"runs.{run_name}.policy.server_resources.gpus")

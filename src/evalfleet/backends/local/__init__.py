@@ -5,4 +5,5 @@ from evalfleet.backend_registry import register_backend
 
 register_backend("local", "evalfleet.backends.local.backend:LocalBackend",
                  summary="worker processes on this machine, each under the watchdog",
-                 executes=True, submits=False, sequential_waves=True, served_policies=True, gpus=False)
+                 executes=True, submits=False, sequential_waves=True, served_policies=True,
+                 gpus=True)  # this machine's own: its servers see the GPUs it has
