@@ -27,8 +27,3 @@ def _one_line(text: str) -> str:
 
 class InfrastructureError(Exception):
     """Not the policy's fault (server down, timeout, crash): the episode is `status: error` and retried."""
-
-
-# A runner's step that stopped it because its policy server moved to a new address (EX_TEMPFAIL): the watchdog
-# starts it again, rewired; the episodes it had in flight are `server_lost` (rollout/inflight.py).
-EXIT_SERVER_MOVED = 75

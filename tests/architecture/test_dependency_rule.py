@@ -16,7 +16,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 # or lower ones; modules of one layer may import each other (without circles).
 LAYERS: list[set[str]] = [
     {"evalfleet", "evalfleet.errors", "evalfleet.registry", "evalfleet.seeding", "evalfleet.textlayout",
-     "evalfleet.secrets", "evalfleet.shell", "evalfleet.feedback", "evalfleet.forking",
+     "evalfleet.secrets", "evalfleet.shell", "evalfleet.feedback", "evalfleet.process_exit", "evalfleet.forking",
      "evalfleet.interpreter", "evalfleet.layout", "evalfleet.arena_format", "evalfleet.backend_registry"},
     {"evalfleet.sim"},
     {"evalfleet.policies"},

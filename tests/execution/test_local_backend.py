@@ -160,8 +160,8 @@ def test_a_killed_or_hung_runner_is_relaunched_and_loses_nothing(reference, writ
     outcomes = [a["outcome"] for a in status["attempts"]]
     assert status["state"] == "completed" and len(outcomes) == 2
     assert outcomes[0] == ("stalled" if sig == signal.SIGSTOP else "signal")
-    log = (out / ".evalfleet" / "worker-0.log").read_text()  # the first attempt, then a fresh process
-    assert "attempt 1: started pid" in log and "attempt 2: started pid" in log
+    log = (out / ".evalfleet" / "worker-0.log").read_text()  # the forked first attempt, then a fresh process
+    assert "attempt 1: forked pid" in log and "attempt 2: started pid" in log
     # The episode in flight when the runner died or stalled has an error record saying so at attempt 1 (written
     # by the relaunched runner), and was played again as attempt 2: a success.
     records = [json.loads(line) for part in sorted(out.glob("*/parts/*.jsonl"))

@@ -128,7 +128,7 @@ def test_interrupted_run_says_so(tmp_path: Path, signum: int) -> None:
 
 
 def processes_naming(out: Path) -> list[str]:
-    """Command lines of live processes that name the output folder."""
+    """Command lines of live processes that name the output folder (a forked runner keeps the run's)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():

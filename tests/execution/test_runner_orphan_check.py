@@ -1,6 +1,6 @@
 """A runner stops when its supervisor is gone (execution/worker.py `_stop_when_orphaned`): also one started, or
 released, after the supervisor died, whose parent is already init or a subreaper — `evalfleet run` killed between a
-runner's start and its first look at its parent must not leave it running to the end."""
+standby's release and the runner's first look at its parent once left such a runner running to the end."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 imported, whatever an Experiment's `import:` or `id:` names.
 
 Loading an Experiment (plan, overrides) checks the spelling of `import:` and `id:` only; the runner imports
-`import:` exactly as named, and no Python evalfleet starts (a runner, a restarted runner:
-`invocation.runner_command`) has the current folder on `sys.path`.
+`import:` exactly as named, and no Python evalfleet starts (a fresh runner, a runner forked from
+`evalfleet run`, a restarted runner: `invocation.runner_command`) has the current folder on `sys.path`.
 Every command runs as `python -m evalfleet.cli` (the form that puts the current folder first on
 `sys.path`) in a temporary folder holding `evilpkg/__init__.py`, which writes a marker file if imported."""
 
@@ -90,9 +90,11 @@ def check_refused_import(out: Path, work: Path) -> None:
     assert not marker_of(work).exists()
 
 
-def test_evalfleet_run_never_imports_from_the_working_folder(work: Path) -> None:
+@pytest.mark.parametrize("fresh", ["1", "0"], ids=["fresh-runner", "forked-runner"])
+def test_evalfleet_run_never_imports_from_the_working_folder(work: Path, fresh: str) -> None:
     path = experiment(work, **{"import": "evilpkg.sub"})
-    done = cli(work, "run", str(path), "--output", "out", "--workers", "1", "--no-progress")
+    done = cli(work, "run", str(path), "--output", "out", "--workers", "1", "--no-progress",
+               EVALFLEET_FRESH_RUNNERS=fresh)
     assert done.returncode == 1, done.stderr
     assert "cart: failed: environment_error" in done.stderr and "evilpkg" in done.stderr, done.stderr
     check_refused_import(work / "out", work)
@@ -111,8 +113,8 @@ def test_a_restarted_runner_never_imports_from_the_working_folder(work: Path) ->
     check_refused_import(out, work)
 
 
-def test_python_dash_m_evalfleet_drops_the_working_folder(work: Path) -> None:
-    """What `python -m evalfleet.cli` (or a runner on Python 3.10, which has no -P) does before importing anything."""
+def test_a_runner_forked_from_python_dash_m_drops_the_working_folder(work: Path) -> None:
+    """What a standby child (or a runner on Python 3.10, which has no -P) does before importing anything."""
     code = ("import sys; from evalfleet.interpreter import drop_working_folder; drop_working_folder(); "
             "import importlib.util; print(importlib.util.find_spec('evilpkg') is None)")
     done = subprocess.run([sys.executable, "-c", code], cwd=work, capture_output=True, text=True, check=False,

@@ -49,14 +49,14 @@ def test_the_plugin_backends_settings_are_listed_with_their_defaults(plugin_env,
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert "toy.label=hello" in lines and "toy.shards_per_runner=1" in lines
-    assert "ray.address=null" in lines and "slurm.partition=null" in lines  # built-in ones beside it
+    assert "ray.address=null" in lines and "local.fresh_runners=false" in lines  # built-in ones beside it
 
 
 @pytest.mark.parametrize(("override", "key", "named"), [
     ("toy.nonsense=1", "toy.nonsense", "valid keys: toy.label, toy.shards_per_runner"),
     ("toy.shards_per_runner=0", "toy.shards_per_runner", "greater than or equal to 1"),
     ("ray.nonsense=1", "ray.nonsense", "valid keys: ray.address, ray.object_store_mb"),
-    ("local.whatever=2", "local.whatever", "the local backend takes no settings"),
+    ("local.whatever=2", "local.whatever", "valid keys: local.fresh_runners"),
     ("slurm.partitoin=gpu", "slurm.partitoin", "did you mean slurm.partition"),
     ("nowhere.x=1", None, "keys start with runs., shared., stopping., experiment_runner., local., osmo., ray., "
                           "slurm., toy."),

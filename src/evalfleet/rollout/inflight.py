@@ -28,7 +28,7 @@ from typing import Any
 
 from evalfleet.layout import part_path
 from evalfleet.rollout.heartbeat import write_json_atomic
-from evalfleet.errors import EXIT_SERVER_MOVED
+from evalfleet.process_exit import EXIT_SERVER_MOVED
 from evalfleet.sim.protocol import RUNNER_CRASH, SERVER_LOST, STALL
 
 RESTART_ENV = "EVALFLEET_RESTARTED_AFTER"  # set by the watchdog on a relaunch: the outcome of the attempt before

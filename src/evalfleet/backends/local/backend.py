@@ -16,16 +16,18 @@ import shutil
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import yaml
 
+from evalfleet.backends.local.settings import LocalSettings
 from evalfleet.execution.backends import BackendBase, ExecutionJob, WorkerResult
 from evalfleet.execution.claims import claimed_by
 from evalfleet.execution.invocation import runner_command
 from evalfleet.execution.output_dir import mark_runs_running, write_atomic
 from evalfleet.execution.progress import ProgressTracker, watch_progress
 from evalfleet.execution.servers import LocalServers
+from evalfleet.execution.standby import StandbyRunner, can_fork, fresh_runners_requested, runner_argv
 from evalfleet.execution.threads import WorkerThread, wait_all
 from evalfleet.execution.watchdog import WatchdogConfig, supervise
 from evalfleet.experiment.loading import LoadedExperiment
@@ -40,10 +42,14 @@ class LocalBackend(BackendBase):
     resume_hint = ""
     cheap_shards = True  # each worker claims shard after shard in one process: small last shards even out the end
 
-    def __init__(self, *, settings: Any = None, workers: int | None = None):  # local.* has no keys
+    def __init__(self, *, settings: LocalSettings | None = None, workers: int | None = None):
+        self.settings = settings or LocalSettings()
         # `workers` was checked by the caller (execution.api.check_workers: the CLI's and the API's one rule)
         self.workers = workers if workers is not None else (os.cpu_count() or 1)
         self._runs: list[LocalRun] = []
+
+    def check(self) -> None:
+        fresh_runners_requested()  # a value it cannot read is refused before the output folder exists
 
     def check_experiment(self, loaded: LoadedExperiment, out: Path) -> None:
         """Its policy servers start here: their programs must exist here."""
@@ -71,7 +77,7 @@ class LocalBackend(BackendBase):
             servers.stop()
 
     def execute(self, job: ExecutionJob, experiment_file: Path) -> list[WorkerResult]:
-        run = LocalRun(job, self.workers, experiment_file)
+        run = LocalRun(job, self.workers, experiment_file, fork=not self.settings.fresh_runners)
         return run.execute()
 
 
@@ -80,6 +86,7 @@ class LocalRun:
     job: ExecutionJob
     workers: int
     experiment_file: Path  # what workers load
+    fork: bool = True  # first attempts may be forked (execution/standby.py); local.fresh_runners=true: never
     stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
 
@@ -114,12 +121,17 @@ class LocalRun:
         self.claim_dir.mkdir(parents=True)
         shards = self.job.ordered_shards()
         results = [WorkerResult(i, shards) for i in range(max(1, min(self.workers, len(shards))))]
-        threads = [WorkerThread(self._supervise, (r,)) for r in results]
+        background = self.job.background_work
+        if background is not None and self.job.runner_template is not None:
+            background()  # nothing is forked here then: it runs while the template finishes its imports
+            background = None
+        standbys = self._standby_runners(results)  # forked here before any thread exists
+        threads = [WorkerThread(self._supervise, (r, standbys.get(r.worker))) for r in results]
         self._threads = threads
         for t in threads:
             t.start()
-        if self.job.background_work is not None:
-            self.job.background_work()
+        if background is not None:  # after the standbys' fork: they need none of it
+            background()
         tracker = ProgressTracker.for_plan(self.out, self.plan)
         try:
             watch_progress(threads, tracker, self.job.show_progress)
@@ -130,7 +142,24 @@ class LocalRun:
         wait_all(threads)
         return results
 
-    def _supervise(self, result: WorkerResult) -> None:
+    def _standby_runners(self, results: list[WorkerResult]) -> dict[int, StandbyRunner]:
+        """worker → a child forked now to become its first attempt (execution/standby.py), where allowed: from
+        the job's runner template where it has one that can (execution/runner_template.py), else from here."""
+        template, self.job.runner_template = self.job.runner_template, None  # used once
+        if not self.fork or not self.job.fork_runners or runner_argv(self.worker_command(0, [])) is None:
+            if template is not None:
+                template.close()
+            return {}
+        logs = [worker_file(self.out, r.worker, ".log") for r in results]
+        if template is not None:
+            forked = template.standbys(logs, timeout=self.watchdog.startup_timeout)
+            if forked is not None:
+                return {r.worker: standby for r, standby in zip(results, forked)}
+        if not can_fork():
+            return {}
+        return {r.worker: StandbyRunner(log, self.job.fork_runners) for r, log in zip(results, logs)}
+
+    def _supervise(self, result: WorkerResult, standby: StandbyRunner | None = None) -> None:
         log_path = worker_file(self.out, result.worker, ".log")
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
@@ -147,9 +176,13 @@ class LocalRun:
                     status_file=worker_file(self.out, result.worker, ".status.json"),
                     stop_event=self.stop,
                     log=lambda line: _append(log_path, f"evalfleet watchdog: {line}\n"),
+                    standby=standby,
                 )
         except Exception as exc:  # noqa: BLE001 - reported as this worker's failure
             result.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            if standby is not None:
+                standby.discard()  # a no-op once the watchdog released it
         result.shards = self.claimed_by(result.worker)
 
 

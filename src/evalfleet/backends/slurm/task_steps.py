@@ -32,7 +32,7 @@ from evalfleet.backends.slurm.paths import SERVER_LOG, SlurmPaths
 from evalfleet.backends.slurm.render import read_jobs
 from evalfleet.experiment.plan import Plan
 from evalfleet.layout import EXPERIMENT_FILE, server_log_path
-from evalfleet.errors import EXIT_SERVER_MOVED
+from evalfleet.process_exit import EXIT_SERVER_MOVED
 
 POLL_S = 1.0
 REWIRE_GRACE_S = 10.0

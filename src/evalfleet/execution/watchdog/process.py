@@ -90,6 +90,7 @@ class Watchdog:
         log: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         liveness_files: Sequence[str] = (),
+        standby: Any = None,
     ):
         if not cmd:
             raise ValueError("the command to supervise is empty")
@@ -105,6 +106,9 @@ class Watchdog:
         self.log = log or (lambda line: print(f"evalfleet watchdog: {line}", file=sys.stderr, flush=True))
         self.clock = clock
         self.liveness_files = [str(p) for p in liveness_files]  # globs: the heartbeat is made from these files
+        # A child already forked to run `cmd` (execution/standby.py): the first launch releases it instead of
+        # starting a process; later launches start fresh ones.
+        self.standby = standby
         self.machine = WatchdogStateMachine(self.config)
         self.stop_signal: int | None = None  # set from a signal handler: plain assignment only
         self._proc: subprocess.Popen | None = None
@@ -157,6 +161,9 @@ class Watchdog:
                     if timeout > 0:
                         self._pause(timeout)
         finally:
+            if self.standby is not None:  # never launched (stopped first): end it unused
+                self.standby.discard()
+                self.standby = None
             self._cleanup()
         result = self._result()
         if result.state == "failed":
@@ -215,16 +222,23 @@ class Watchdog:
             code = f":{last.exit_code}" if last.outcome == "exit_code" and last.exit_code is not None else ""
             env[RESTART_ENV] = f"{last.outcome or 'ended'}{code}"  # e.g. stalled, signal, exit_code:75
         self._launched_wall = time.time()
+        standby, self.standby = self.standby, None
+        if standby is not None:
+            try:
+                self._proc = standby.release(self.cmd, env, self.cwd)
+            except OSError:
+                standby = None  # its child is gone: this attempt starts a process as any other
         try:
-            self._proc = subprocess.Popen(
-                self.cmd,
-                env=env,
-                cwd=self.cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=self.stdout,
-                stderr=self.stderr,
-                start_new_session=True,
-            )
+            if standby is None:
+                self._proc = subprocess.Popen(
+                    self.cmd,
+                    env=env,
+                    cwd=self.cwd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=self.stdout,
+                    stderr=self.stderr,
+                    start_new_session=True,
+                )
         except OSError as exc:
             self._proc = None
             return f"{exc.strerror or exc} ({self.cmd[0]})"
@@ -232,7 +246,8 @@ class Watchdog:
         threading.Thread(target=_wait_for_exit, args=(self._proc.pid, self._exited), daemon=True,
                          name=f"exit-of-{self._proc.pid}").start()
         self.machine.launched(self._proc.pid)
-        self.log(f"attempt {attempt}: started pid {self._proc.pid}: {' '.join(self.cmd)}")
+        how = "forked" if standby is not None else "started"
+        self.log(f"attempt {attempt}: {how} pid {self._proc.pid}: {' '.join(self.cmd)}")
         return None
 
     def _check_exit(self, proc: subprocess.Popen) -> int | None:
@@ -334,9 +349,11 @@ def supervise(
     stop_event: threading.Event | None = None,
     log: Callable[[str], None] | None = None,
     liveness_files: Sequence[str] = (),
+    standby: Any = None,
 ) -> WatchdogResult:
     """Run `cmd` under the watchdog until it completes, is given up, or `stop_event` is set. Safe to call from a
-    thread (no signal handlers are installed). `stdout`/`stderr`: as for Popen (None = inherit)."""
+    thread (no signal handlers are installed). `stdout`/`stderr`: as for Popen (None = inherit). `standby`: a
+    child forked to run `cmd` (execution/standby.StandbyRunner), released by the first launch."""
     return Watchdog(
         cmd,
         heartbeat_path,
@@ -349,6 +366,7 @@ def supervise(
         stop_event=stop_event,
         log=log,
         liveness_files=liveness_files,
+        standby=standby,
     ).run()
 
 
