@@ -17,6 +17,20 @@ from typing import Callable, Generic, NoReturn, Sequence, TypeVar
 T = TypeVar("T")
 
 
+_COMMAND_PROCESS = False
+
+
+def mark_command_process() -> None:
+    """Called by the `evalfleet` command's entry point: this process is evalfleet's own, so the local backend may
+    fork its runners from it (backends/local/standby.py). A library caller's process never is."""
+    global _COMMAND_PROCESS
+    _COMMAND_PROCESS = True
+
+
+def command_process() -> bool:
+    return _COMMAND_PROCESS
+
+
 def fork_allowed() -> bool:
     """Linux, and no thread but this one: a lock another thread holds at the fork would stay held in the child
     for good (and Python 3.12 warns of a fork with threads)."""

@@ -1,4 +1,4 @@
-"""The template local runners are forked from (execution/runner_template.py): the modules imported once, in
+"""The template local runners are forked from (backends/local/runner_template.py): the modules imported once, in
 it; its standbys children of the process that asked for them, released and waited for as any standby; a
 template that cannot serve costs nothing but the fallback; nothing left behind, nothing printed. The forking
 happens in separate Python processes, never in pytest's own."""
@@ -41,7 +41,7 @@ def _marks(tmp_path: Path) -> list[tuple[int, int]]:
 def test_standbys_come_from_the_template_with_its_imports_and_are_this_process_children(tmp_path):
     done = _python("""
         import os, sys
-        from evalfleet.execution.runner_template import RunnerTemplate
+        from evalfleet.backends.local.runner_template import RunnerTemplate
 
         def main(argv):
             print("preloaded" if "preload_marker" in sys.modules else "missing", os.getpid(), os.getppid(), *argv)
@@ -71,7 +71,7 @@ def test_standbys_come_from_the_template_with_its_imports_and_are_this_process_c
 def test_a_template_that_cannot_serve_returns_none_and_leaves_nothing(tmp_path):
     done = _python("""
         import os, signal
-        from evalfleet.execution.runner_template import RunnerTemplate
+        from evalfleet.backends.local.runner_template import RunnerTemplate
 
         dead = RunnerTemplate(print, ["preload_marker"])
         os.kill(dead.pid, signal.SIGKILL)
@@ -92,7 +92,7 @@ def test_a_template_that_cannot_serve_returns_none_and_leaves_nothing(tmp_path):
 def test_standbys_of_a_template_whose_asker_died_exit_unreleased(tmp_path):
     done = _python("""
         import os
-        from evalfleet.execution.runner_template import RunnerTemplate
+        from evalfleet.backends.local.runner_template import RunnerTemplate
 
         template = RunnerTemplate(print, ["preload_marker"])
         standbys = template.standbys(["a.log", "b.log"], timeout=60)
@@ -107,7 +107,7 @@ def test_standbys_of_a_template_whose_asker_died_exit_unreleased(tmp_path):
 
 
 def test_the_modules_are_those_the_runs_environment_types_list(tmp_path):
-    from evalfleet.execution.runner_template import preload_modules, start_runner_template
+    from evalfleet.backends.local.runner_template import preload_modules, start_runner_template
     from evalfleet.experiment.loading import load_experiment
 
     def loaded(*environments: str) -> object:

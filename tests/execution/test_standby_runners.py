@@ -1,4 +1,4 @@
-"""Runners forked from `evalfleet run` for their first attempt (execution/standby.py): the same results as
+"""Runners forked from `evalfleet run` for their first attempt (backends/local/standby.py): the same results as
 fresh runners, the command and environment the watchdog released them with, nothing left behind when one
 is never released. The forking happens in a separate Python process, never in pytest's own."""
 
@@ -49,7 +49,7 @@ def test_a_released_standby_runs_the_command_with_the_given_environment_cwd_and_
     log = tmp_path / "worker.log"
     done = _python(f"""
         import os, sys
-        from evalfleet.execution.standby import StandbyRunner
+        from evalfleet.backends.local.standby import StandbyRunner
         from evalfleet.cli import main
         standby = StandbyRunner({str(log)!r}, main)
         env = dict(os.environ, EVALFLEET_PLUGINS="no_such_plugin_module")
@@ -69,7 +69,7 @@ def test_a_released_standby_runs_the_command_with_the_given_environment_cwd_and_
 def test_a_discarded_or_orphaned_standby_exits_without_running_anything(tmp_path):
     done = _python(f"""
         import os
-        from evalfleet.execution.standby import StandbyRunner
+        from evalfleet.backends.local.standby import StandbyRunner
         discarded = StandbyRunner({str(tmp_path / "a.log")!r}, print)
         discarded.discard()  # reaps it
         try:
@@ -88,10 +88,17 @@ def test_a_discarded_or_orphaned_standby_exits_without_running_anything(tmp_path
     assert not list(tmp_path.glob("*.log"))
 
 
-def test_forking_needs_a_single_threaded_process_and_can_be_turned_off():
+def test_forking_needs_the_commands_own_single_threaded_process_and_can_be_turned_off():
+    library = """
+        from evalfleet.backends.local.standby import can_fork
+        print(can_fork())
+    """
+    assert _python(library).stdout.split() == ["False"]  # a library caller's process is not ours to fork
     code = """
         import threading
-        from evalfleet.execution.standby import can_fork
+        from evalfleet.backends.local.standby import can_fork
+        from evalfleet.forking import mark_command_process
+        mark_command_process()  # what the `evalfleet` command's entry point does
         alone = can_fork()
         stop = threading.Event()
         t = threading.Thread(target=stop.wait)
@@ -117,7 +124,7 @@ def test_an_unreadable_fresh_runners_value_is_refused_before_anything_is_written
 
 def test_only_runner_commands_of_this_interpreter_are_run_in_place():
     from evalfleet.execution.invocation import runner_command
-    from evalfleet.execution.standby import runner_argv
+    from evalfleet.backends.local.standby import runner_argv
 
     cmd = runner_command("exp.yaml", "out")
     assert runner_argv(cmd) == ["runner", "exp.yaml", "--output", "out"]
@@ -133,7 +140,7 @@ def test_a_standby_that_died_before_its_release_is_replaced_by_a_started_runner(
     done = _python(f"""
         import os, signal, sys, time
         from evalfleet.cli import main
-        from evalfleet.execution.standby import StandbyRunner
+        from evalfleet.backends.local.standby import StandbyRunner
         from evalfleet.execution.watchdog import WatchdogConfig, supervise
         root = {str(tmp_path)!r}
         standby = StandbyRunner(root + "/worker.log", main)

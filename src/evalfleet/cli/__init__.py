@@ -21,6 +21,7 @@ from evalfleet.cli.arguments import normalise_argv
 from evalfleet.errors import UserError
 from evalfleet.feedback import disable_cli_feedback
 from evalfleet.interpreter import drop_working_folder
+from evalfleet.forking import mark_command_process
 from evalfleet.process_exit import exit_now
 
 __all__ = ["build_parser", "entry", "exit_now", "main"]
@@ -71,7 +72,6 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2
-    args.main = main  # a handler may run another `evalfleet` command in this process (a forked runner)
     try:
         code = args.handler(args)
         sys.stdout.flush()  # here, not at exit: a reader that went away (`| head`) is seen below
@@ -104,4 +104,5 @@ def entry() -> NoReturn:
     """The `evalfleet` console script and `python -m evalfleet.cli`. The latter has the working folder
     first on sys.path: dropped before anything else is imported (the console script has its bin/ there)."""
     drop_working_folder()
+    mark_command_process()  # evalfleet's own process: the local backend may fork its runners from it
     exit_now(main())

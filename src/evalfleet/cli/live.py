@@ -1,6 +1,6 @@
 """`evalfleet watch DIR|URL` (the live report of a folder or bucket any backend is writing) and the live report
 of `evalfleet run --serve-report [HOST:]PORT`, which runs `watch` as a child process on its output folder (no
-thread in the run process, so its runners are still forked: execution/standby.py).
+thread in the run process, so its runners are still forked: backends/local/standby.py).
 
 The URL is printed once on a line of its own, `live report: URL` (with `?token=...` where a token is needed);
 the token is never written to a file. A child started by `run` gets its token and its parent's pid through the

@@ -89,10 +89,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.overrides = [*args.overrides, *tracking_flag_overrides(args.track)]
     watchdog = WatchdogConfig.local(stall_timeout=args.stall_timeout, startup_timeout=args.startup_timeout,
                                     max_restarts=args.max_restarts)
-    # Loaded here, overrides and Arena's runner flags applied (pipeline.run takes it loaded): the runner template
-    # is forked from it at once, before this process imports the pipeline.
-    experiment = load_from_args(args, path)
-    template = runner_template(args, experiment)
+    experiment = load_from_args(args, path)  # overrides and Arena's runner flags applied
     served = None
     try:
         from evalfleet.execution.pipeline import run
@@ -104,17 +101,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             args.output = args.output or str(default_output(experiment))
             served = ServedReport(args.serve_report, args.output)
         result = run(experiment, output=args.output, backend=args.backend, workers=args.workers, resume=args.resume,
-                     progress=not args.no_progress, shard_size=args.shard_size, watchdog=watchdog,
-                     fork_runners=getattr(args, "main", None),
-                     runner_template=template)
+                     progress=not args.no_progress, shard_size=args.shard_size, watchdog=watchdog)
         print_summary(result)
         if served is not None:
             served.keep_serving()
     finally:
         if served is not None:
             served.stop()
-        if template is not None:
-            template.close()
     return result.exit_code
 
 
@@ -129,14 +122,6 @@ def ray_address_setting(args: argparse.Namespace) -> None:
         raise UserError("--ray-address needs --backend ray", where="command line", key="--ray-address")
     args.overrides = [*args.overrides, f"ray.address={format_value(args.ray_address)}"]
 
-
-def runner_template(args: argparse.Namespace, loaded: Any) -> Any:
-    """The template the local backend's runners are forked from (execution/runner_template.py), or None."""
-    if args.backend != "local":
-        return None
-    from evalfleet.execution.runner_template import start_runner_template
-
-    return start_runner_template(loaded, getattr(args, "main", None))
 
 
 def print_summary(result: Any) -> None:

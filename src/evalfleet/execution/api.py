@@ -14,7 +14,6 @@ from evalfleet.errors import UserError
 from evalfleet.execution.argument_checks import check_count, check_workers, shown
 from evalfleet.execution.pipeline import run as pipeline_run
 from evalfleet.execution.pipeline import stderr_log
-from evalfleet.execution.standby import EvalfleetMain
 from evalfleet.execution.watchdog import WatchdogConfig
 from evalfleet.experiment.loading import LoadedExperiment
 from evalfleet.outputs.result import ExperimentResult
@@ -82,7 +81,7 @@ def run(experiment: str | os.PathLike[str] | LoadedExperiment, *, overrides: Ite
         output: str | os.PathLike[str] | None = None, backend: str = DEFAULT_BACKEND, workers: int | None = None,
         resume: bool = False, progress: bool = True, shard_size: int | None = None,
         watchdog: WatchdogConfig | None = None,
-        log: Callable[[str], None] = stderr_log, fork_runners: EvalfleetMain | None = None) -> ExperimentResult:
+        log: Callable[[str], None] = stderr_log) -> ExperimentResult:
     """`evalfleet.run`: every argument checked (a UserError naming it), then `execution.pipeline.run`, whose
     docstring says what each one means."""
     from evalfleet.backend_registry import BACKENDS
@@ -97,9 +96,5 @@ def run(experiment: str | os.PathLike[str] | LoadedExperiment, *, overrides: Ite
     load_backends()
     if BACKENDS.get(backend) is None:
         raise UserError(f"unknown backend {backend!r}{BACKENDS.suggest(backend)}", where=argument("run", "backend"))
-    if fork_runners is not None and not callable(fork_runners):
-        raise UserError(f"expected the evalfleet command's main or None, got {shown(fork_runners)}",
-                        where=argument("run", "fork_runners"))
     return pipeline_run(experiment, overrides=listed, output=output, backend=backend, workers=workers, resume=resume,
-                        progress=progress, shard_size=shard_size, watchdog=watchdog, log=log,
-                        fork_runners=fork_runners)
+                        progress=progress, shard_size=shard_size, watchdog=watchdog, log=log)

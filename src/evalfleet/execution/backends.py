@@ -30,7 +30,6 @@ from typing import Any, Callable, ContextManager, Iterable, Iterator, Protocol, 
 from evalfleet.backend_registry import BACKENDS, spec_of
 from evalfleet.backend_registry import backend_settings as typed_settings
 from evalfleet.errors import UserError
-from evalfleet.execution.standby import EvalfleetMain
 from evalfleet.execution.watchdog import WatchdogConfig
 from evalfleet.experiment.loading import LoadedExperiment
 from evalfleet.experiment.plan import Plan, Shard
@@ -51,14 +50,6 @@ class ExecutionJob:
     # thread of its own: the call returns at once); a backend may call it once, or never. On cores the workers
     # fill, it then shares every core's time with them, instead of holding one core alone at the end.
     background_work: Callable[[], None] | None = None
-    # `evalfleet run` (whose process is evalfleet's own) hands down the command's own main: with it, runners'
-    # first attempts may be forked from this process and run it (execution/standby.py). A backend that
-    # cannot fork ignores it.
-    fork_runners: EvalfleetMain | None = None
-    # ... and, where it could start one, a template process those runners are forked from instead, which has
-    # imported what they need (execution/runner_template.RunnerTemplate; not imported here: it imports the runner's
-    # modules, and they import this one).
-    runner_template: Any = None
 
     def ordered_shards(self) -> list[Shard]:
         return ordered_shards(self.plan)

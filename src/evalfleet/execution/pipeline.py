@@ -21,8 +21,6 @@ from evalfleet.errors import UserError
 from evalfleet.execution.backends import Backend, ExecutionJob, WorkerResult, check_capabilities, get_backend
 from evalfleet.execution.run_metadata import recorded
 from evalfleet.execution.output_dir import default_output, output_folder, prepare_output, write_run_status
-from evalfleet.execution.runner_template import RunnerTemplate
-from evalfleet.execution.standby import EvalfleetMain
 from evalfleet.execution.watchdog import WatchdogConfig
 from evalfleet.execution.waves import execute_in_waves, has_stopping, stopped_runs
 from evalfleet.experiment.loading import LoadedExperiment, load_experiment
@@ -62,8 +60,7 @@ def run(experiment: str | os.PathLike[str] | LoadedExperiment, *, overrides: Ite
         output: str | os.PathLike[str] | None = None, backend: str = DEFAULT_BACKEND, workers: int | None = None,
         resume: bool = False, progress: bool = True, shard_size: int | None = None,
         watchdog: WatchdogConfig | None = None,
-        log: Callable[[str], None] = stderr_log, fork_runners: EvalfleetMain | None = None,
-        runner_template: RunnerTemplate | None = None, tracking_step: int | None = None) -> ExperimentResult:
+        log: Callable[[str], None] = stderr_log, tracking_step: int | None = None) -> ExperimentResult:
     """Run the whole Experiment on `backend` and collect it; the typed result (per-Run counts and rates with
     95% intervals, statuses, the report's path). The results then go to the Experiment's `tracking:` sinks
     (outputs/tracking: a sink that fails is one warning line), at `tracking_step` (evaluate's `step`).
@@ -71,21 +68,21 @@ def run(experiment: str | os.PathLike[str] | LoadedExperiment, *, overrides: Ite
     `backend`: a registered backend's name (evalfleet/backend_registry.py), its settings given as overrides
     under its root (`ray.address=auto`); `output`: the folder (default outputs/<name>-<time>); `resume`:
     continue an interrupted folder of the same Experiment; `workers`: parallel runners (default: this
-    machine's CPUs, or the Ray cluster's);
-    `progress`: a live progress bar on stderr; `fork_runners`: the `evalfleet` command's main (`evalfleet
-    run` passes it): local runners' first attempts may then be forked from this process to run it
-    (execution/standby.py), or from `runner_template`, a process the caller forked, which imports what they
-    need meanwhile (execution/runner_template.py; the caller closes it). Bad input raises UserError before
-    anything is written; Ctrl-C stops every runner, keeps what finished and re-raises KeyboardInterrupt."""
+    machine's CPUs, or the Ray cluster's); `progress`: a live progress bar on stderr. Bad input raises
+    UserError before anything is written; Ctrl-C stops every runner, keeps what finished and re-raises
+    KeyboardInterrupt."""
     loaded = load(experiment, overrides)
     chosen = get_backend(backend, loaded.backend_settings, workers=workers)
-    out = prepare(loaded, chosen, output, resume=resume, shard_size=shard_size)
+    try:
+        out = prepare(loaded, chosen, output, resume=resume, shard_size=shard_size)
+    except BaseException:
+        chosen.close()  # what the backend's checks started (the local backend's runner template)
+        raise
     preloading = Preload()  # finalize's imports, begun while the workers run
     with recorded(out, loaded, backend=chosen.name, resume=resume) as metadata:  # experiment_metadata.json
         metadata.running()
         plan, results = execute(loaded, out, chosen, shard_size=shard_size, watchdog=watchdog, progress=progress,
-                                log=log, fork_runners=fork_runners, runner_template=runner_template,
-                                preloading=preloading)
+                                log=log, preloading=preloading)
         finish_runs(plan, out, results)
         preloading.wait()
         result = finalize_output(loaded, out)
@@ -109,15 +106,13 @@ def prepare(loaded: LoadedExperiment, backend: Backend, output: str | os.PathLik
 
 def execute(loaded: LoadedExperiment, out: Path, backend: Backend, *, shard_size: int | None = None,
             watchdog: WatchdogConfig | None = None, progress: bool = True, log: Callable[[str], None] = stderr_log,
-            fork_runners: EvalfleetMain | None = None, runner_template: RunnerTemplate | None = None,
             preloading: Preload | None = None) -> tuple[Plan, list[WorkerResult]]:
     """Plan for the backend's capacity, start the servers the plan needs, run every pending shard; `preloading`
     is started while the workers run (`ExecutionJob.background_work`)."""
     try:
         with exported(loaded.secrets):  # runners and servers inherit them; no file holds them
             return _execute(loaded, out, backend, shard_size=shard_size, watchdog=watchdog, progress=progress,
-                            log=log, fork_runners=fork_runners, runner_template=runner_template,
-                            preloading=preloading)
+                            log=log, preloading=preloading)
     except KeyboardInterrupt:
         log(f"interrupted: every worker stopped; finished episodes are kept. Continue with: "
             f"evalfleet run --resume{backend.resume_hint} --output {out}")
@@ -128,16 +123,13 @@ def execute(loaded: LoadedExperiment, out: Path, backend: Backend, *, shard_size
 
 def _execute(loaded: LoadedExperiment, out: Path, backend: Backend, *, shard_size: int | None,
              watchdog: WatchdogConfig | None, progress: bool,
-             log: Callable[[str], None], fork_runners: EvalfleetMain | None = None,
-             runner_template: RunnerTemplate | None = None, preloading: Preload | None = None
-             ) -> tuple[Plan, list[WorkerResult]]:
+             log: Callable[[str], None], preloading: Preload | None = None) -> tuple[Plan, list[WorkerResult]]:
     capacity = backend.open()
     plan = make_plan(loaded, shard_size=shard_size, workers=capacity, taper=getattr(backend, "cheap_shards", False))
     log(f"{loaded.experiment.name}: {len(plan.runs)} Runs, {plan.total_episodes} episodes, "
         f"{len(plan.shards)} shards on {backend.name} ({min(capacity, len(plan.shards))} workers) → {out}")
     job = ExecutionJob(loaded, plan, out, watchdog or WatchdogConfig.local(), show_progress=progress, log=log,
-                       background_work=preloading.start if preloading else None, fork_runners=fork_runners,
-                       runner_template=runner_template)
+                       background_work=preloading.start if preloading else None)
     serving, started = PhaseTimings(), time.perf_counter()
     with backend.serve(job) as experiment_file:
         serving.add("server_start", time.perf_counter() - started)  # the plan's servers started and healthy

@@ -59,7 +59,8 @@ class EnvironmentInfo:
     # function of the Run's typed options giving one (sim/protocol.py); None: the generic protocol.
     protocol: ProtocolSource | None = None
     # Modules a runner may import before it is given any shard (its adapter, the simulator; never a GL module):
-    # `evalfleet run` imports them once in a template its local runners are forked from (execution/runner_template.py).
+    # `evalfleet run` imports them once in a template its local runners are forked from
+    # (backends/local/runner_template.py).
     preload: tuple[str, ...] = ()
 
 

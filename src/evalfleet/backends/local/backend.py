@@ -20,6 +20,7 @@ from typing import Iterator
 
 import yaml
 
+from evalfleet.backends.local.runner_template import RunnerTemplate, start_runner_template
 from evalfleet.backends.local.settings import LocalSettings
 from evalfleet.execution.backends import BackendBase, ExecutionJob, WorkerResult
 from evalfleet.execution.claims import claimed_by
@@ -27,7 +28,7 @@ from evalfleet.execution.invocation import runner_command
 from evalfleet.execution.output_dir import mark_runs_running, write_atomic
 from evalfleet.execution.progress import ProgressTracker, watch_progress
 from evalfleet.execution.servers import LocalServers
-from evalfleet.execution.standby import StandbyRunner, can_fork, fresh_runners_requested, runner_argv
+from evalfleet.backends.local.standby import StandbyRunner, can_fork, fresh_runners_requested, runner_argv
 from evalfleet.execution.threads import WorkerThread, wait_all
 from evalfleet.execution.watchdog import WatchdogConfig, supervise
 from evalfleet.experiment.loading import LoadedExperiment
@@ -47,13 +48,18 @@ class LocalBackend(BackendBase):
         # `workers` was checked by the caller (execution.api.check_workers: the CLI's and the API's one rule)
         self.workers = workers if workers is not None else (os.cpu_count() or 1)
         self._runs: list[LocalRun] = []
+        self._template: RunnerTemplate | None = None  # forked at check_experiment, used by the first execute
 
     def check(self) -> None:
         fresh_runners_requested()  # a value it cannot read is refused before the output folder exists
 
     def check_experiment(self, loaded: LoadedExperiment, out: Path) -> None:
-        """Its policy servers start here: their programs must exist here."""
+        """Its policy servers start here: their programs must exist here. Then, in the `evalfleet` command's
+        own process, the template its first runners are forked from starts importing their simulators
+        (runner_template.py; never in a library caller's process, nor with local.fresh_runners=true)."""
         check_server_programs(loaded.experiment.runs, loaded.path)
+        if not self.settings.fresh_runners and self._template is None:
+            self._template = start_runner_template(loaded)
 
     def open(self) -> int:
         return self.workers
@@ -77,8 +83,14 @@ class LocalBackend(BackendBase):
             servers.stop()
 
     def execute(self, job: ExecutionJob, experiment_file: Path) -> list[WorkerResult]:
-        run = LocalRun(job, self.workers, experiment_file, fork=not self.settings.fresh_runners)
+        template, self._template = self._template, None  # used once: later waves fork from here, or start afresh
+        run = LocalRun(job, self.workers, experiment_file, fork=not self.settings.fresh_runners, template=template)
         return run.execute()
+
+    def close(self) -> None:
+        if self._template is not None:  # never used (the run ended before its first execute)
+            self._template.close()
+            self._template = None
 
 
 @dataclass
@@ -86,7 +98,8 @@ class LocalRun:
     job: ExecutionJob
     workers: int
     experiment_file: Path  # what workers load
-    fork: bool = True  # first attempts may be forked (execution/standby.py); local.fresh_runners=true: never
+    fork: bool = True  # first attempts may be forked (standby.py); local.fresh_runners=true: never
+    template: RunnerTemplate | None = None  # where the standbys are forked from (runner_template.py), if any
     stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
 
@@ -122,7 +135,7 @@ class LocalRun:
         shards = self.job.ordered_shards()
         results = [WorkerResult(i, shards) for i in range(max(1, min(self.workers, len(shards))))]
         background = self.job.background_work
-        if background is not None and self.job.runner_template is not None:
+        if background is not None and self.template is not None:
             background()  # nothing is forked here then: it runs while the template finishes its imports
             background = None
         standbys = self._standby_runners(results)  # forked here before any thread exists
@@ -143,10 +156,10 @@ class LocalRun:
         return results
 
     def _standby_runners(self, results: list[WorkerResult]) -> dict[int, StandbyRunner]:
-        """worker → a child forked now to become its first attempt (execution/standby.py), where allowed: from
-        the job's runner template where it has one that can (execution/runner_template.py), else from here."""
-        template, self.job.runner_template = self.job.runner_template, None  # used once
-        if not self.fork or not self.job.fork_runners or runner_argv(self.worker_command(0, [])) is None:
+        """worker → a child forked now to become its first attempt (backends/local/standby.py), where allowed: from
+        the job's runner template where it has one that can (backends/local/runner_template.py), else from here."""
+        template, self.template = self.template, None  # used once
+        if not self.fork or runner_argv(self.worker_command(0, [])) is None:
             if template is not None:
                 template.close()
             return {}
@@ -157,7 +170,7 @@ class LocalRun:
                 return {r.worker: standby for r, standby in zip(results, forked)}
         if not can_fork():
             return {}
-        return {r.worker: StandbyRunner(log, self.job.fork_runners) for r, log in zip(results, logs)}
+        return {r.worker: StandbyRunner(log) for r, log in zip(results, logs)}
 
     def _supervise(self, result: WorkerResult, standby: StandbyRunner | None = None) -> None:
         log_path = worker_file(self.out, result.worker, ".log")

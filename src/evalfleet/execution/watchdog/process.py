@@ -106,7 +106,7 @@ class Watchdog:
         self.log = log or (lambda line: print(f"evalfleet watchdog: {line}", file=sys.stderr, flush=True))
         self.clock = clock
         self.liveness_files = [str(p) for p in liveness_files]  # globs: the heartbeat is made from these files
-        # A child already forked to run `cmd` (execution/standby.py): the first launch releases it instead of
+        # A child already forked to run `cmd` (backends/local/standby.py): the first launch releases it instead of
         # starting a process; later launches start fresh ones.
         self.standby = standby
         self.machine = WatchdogStateMachine(self.config)
@@ -353,7 +353,8 @@ def supervise(
 ) -> WatchdogResult:
     """Run `cmd` under the watchdog until it completes, is given up, or `stop_event` is set. Safe to call from a
     thread (no signal handlers are installed). `stdout`/`stderr`: as for Popen (None = inherit). `standby`: a
-    child forked to run `cmd` (execution/standby.StandbyRunner), released by the first launch."""
+    child forked to run `cmd` (any object with `release(cmd, env, cwd)` -> a process and `discard()`; the
+    local backend's StandbyRunner), released by the first launch."""
     return Watchdog(
         cmd,
         heartbeat_path,

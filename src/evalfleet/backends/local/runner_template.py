@@ -1,6 +1,7 @@
-"""A template process for `evalfleet run`'s forked runners: forked by the command as soon as the Experiment is
-loaded, it imports the Runs' simulators while `run` imports the pipeline and plans, and the local backend's standby
-runners (execution/standby.py) are then forked from it instead of from `run`.
+"""A template process for `evalfleet run`'s forked runners: forked by the local backend as soon as it is given the
+Experiment (its `check_experiment`, before the output folder is prepared), it imports the Runs' simulators while
+`run` prepares the folder, plans and starts servers, and the local backend's standby runners (standby.py) are then
+forked from it instead of from `run`.
 
 A standby forked from `run` itself imports its simulator before its first episode (Meta-World and MuJoCo:
 ~0.45 s of CPU, in every runner, while `run` preloads the report's modules). The template does that once,
@@ -26,7 +27,7 @@ import threading
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from evalfleet.execution.standby import EvalfleetMain, StandbyRunner, can_fork, run_when_released
+from evalfleet.backends.local.standby import EvalfleetMain, StandbyRunner, can_fork, run_evalfleet, run_when_released
 from evalfleet.forking import flush_std_streams, reap
 
 PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
@@ -96,10 +97,10 @@ class RunnerTemplate:
             reap(self.pid)
 
 
-def start_runner_template(loaded: Any, main: EvalfleetMain | None) -> RunnerTemplate | None:
-    """A template for the local runners of `loaded`'s Runs, where they may be forked from this process (`main`
-    given, `standby.can_fork()`) and their environment types list modules to import ahead; else None."""
-    if main is None or not can_fork():
+def start_runner_template(loaded: Any, main: EvalfleetMain = run_evalfleet) -> RunnerTemplate | None:
+    """A template for the local runners of `loaded`'s Runs, where they may be forked from this process
+    (`standby.can_fork()`) and their environment types list modules to import ahead; else None."""
+    if not can_fork():
         return None
     modules = preload_modules(loaded)
     return RunnerTemplate(main, modules) if modules else None

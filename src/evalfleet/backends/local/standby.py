@@ -5,15 +5,15 @@ evalfleet's imports, every plugin module, the Experiment loaded and validated ag
 process has all of that already. So the local backend forks one *standby* child per worker before it
 starts any thread, and each worker's watchdog releases its standby when it launches attempt 1, sending
 the command and environment that attempt would have been started with; the child then runs that
-command's `evalfleet runner` in place, through the `evalfleet` command's own `main` (which `evalfleet run`
-hands down: nothing below the command line imports it), in its own session, with its output in the
-worker's log, as a started runner would. Restarts are fresh processes, as are all runners of the other
-backends.
+command in place (`python -m evalfleet.cli runner ...` run by `runpy`, as the interpreter would), in its own
+session, with its output in the worker's log, as a started runner would. Restarts are fresh processes, as are
+all runners of the other backends.
 
-Only `evalfleet run` asks for this (a library caller's process is not ours to fork), and only where
-forking is safe: Linux, and a process with one thread (fork copies only the calling thread, so a lock
-another thread held would stay held in the child). EVALFLEET_FRESH_RUNNERS=1 turns it off (0, or unset: on;
-another value is refused, exit 2, before anything is written).
+Only in the `evalfleet` command's own process (`forking.command_process()`: a library caller's process is not
+ours to fork), and only where forking is safe: Linux, and a process with one thread (fork copies only the calling
+thread, so a lock another thread held would stay held in the child). `local.fresh_runners=true` or
+EVALFLEET_FRESH_RUNNERS=1 turns it off (0, or unset: on; another value is refused, exit 2, before anything is
+written).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from evalfleet.errors import UserError
-from evalfleet.forking import flush_std_streams, fork_allowed, reap
+from evalfleet.forking import command_process, flush_std_streams, fork_allowed, reap
 from evalfleet.interpreter import drop_working_folder, python_command
 from evalfleet.process_exit import exit_now
 
@@ -50,7 +50,7 @@ def fresh_runners_requested() -> bool:
 
 
 def can_fork() -> bool:
-    return fork_allowed() and not fresh_runners_requested()
+    return command_process() and fork_allowed() and not fresh_runners_requested()
 
 
 def runner_argv(cmd: Sequence[str]) -> list[str] | None:
@@ -81,6 +81,16 @@ class ForkedProcess:
 EvalfleetMain = Callable[[list[str]], int]  # runs `evalfleet ARGV` in this process: the exit code
 
 
+def run_evalfleet(argv: list[str]) -> int:
+    """`python -m evalfleet.cli ARGV` in this process, as the interpreter runs it (`runpy`): the command a standby
+    was released to run. The command ends the process itself."""
+    import runpy
+
+    sys.argv = [RUNNER_MODULE, *argv]
+    runpy.run_module(RUNNER_MODULE, run_name="__main__", alter_sys=True)
+    return 0
+
+
 class StandbyRunner:
     """A forked child waiting to become one runner. `release(cmd, env)` starts it (it runs `main` on the
     command's `evalfleet` arguments) and returns its ForkedProcess; `discard()` ends it unused. If this
@@ -88,7 +98,7 @@ class StandbyRunner:
 
     _parent_ends: list[int] = []  # the write ends of every standby's pipe: a new child must not hold them
 
-    def __init__(self, log_path: str | os.PathLike[str], main: EvalfleetMain):
+    def __init__(self, log_path: str | os.PathLike[str], main: EvalfleetMain = run_evalfleet):
         read_end, write_end = os.pipe()
         flush_std_streams()
         pid = os.fork()
@@ -100,7 +110,7 @@ class StandbyRunner:
 
     @classmethod
     def adopted(cls, pid: int, write_end: int) -> StandbyRunner:
-        """A standby another process forked (execution/runner_template.py) that is this process's child now,
+        """A standby another process forked (backends/local/runner_template.py) that is this process's child now,
         waiting on the pipe whose write end this is."""
         standby = cls.__new__(cls)
         standby._hold(pid, write_end)
