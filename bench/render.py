@@ -86,7 +86,8 @@ def _timed_run(root: Path, name: str, episodes: int, recording: dict | None, cam
                ) -> tuple[float, int]:
     from evalfleet.experiment.loading import load_experiment
     from evalfleet.experiment.plan import make_plan
-    from evalfleet.rollout.runner import latest_records, run_shards
+    from evalfleet.rollout.records import latest_records
+    from evalfleet.rollout.runner import run_shards
 
     run = {
         "environment": {"type": "metaworld", "task": "push-v3", "max_steps": 150},

@@ -579,6 +579,6 @@ def test_resume_over_garbled_part_files_reruns_them_without_a_traceback(kind: st
     assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr
     result = json.loads((out / "experiment_result.json").read_text())
     assert "push_expert" in json.dumps(result) and "Traceback" not in again.stdout
-    from evalfleet.rollout.runner import latest_records
+    from evalfleet.rollout.records import latest_records
 
     assert sorted(latest_records(out, "push_expert")) == [0, 1]  # both planned episodes recorded again

@@ -197,7 +197,7 @@ def test_any_record_file_reads_without_error(body: list[str], torn: bool, exp_fi
     counted = read_run_records(RunScope("r", 5), [path, path])
     assert all(isinstance(ep, int) and 0 <= ep < 5 for ep in counted.by_episode)
     assert all(record_run(rec) in (None, "r") for rec in counted.records)  # naming no Run: the folder's
-    from evalfleet.rollout.runner import is_decided
+    from evalfleet.rollout.records import is_decided
 
     for rec in records:
         is_decided(rec, 3)

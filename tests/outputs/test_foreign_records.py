@@ -10,7 +10,7 @@ from evalfleet.analysis.loading import load_records
 from evalfleet.execution.progress import ProgressTracker
 from evalfleet.outputs.collect import collect
 from evalfleet.outputs.finalize import write_report
-from evalfleet.rollout.runner import latest_records
+from evalfleet.rollout.records import latest_records
 
 
 def rec(run: str, episode, status: str, *, ts: float, attempt: int = 1) -> dict:

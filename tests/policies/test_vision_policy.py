@@ -12,7 +12,8 @@ from evalfleet.errors import UserError
 from evalfleet.experiment.loading import load_experiment
 from evalfleet.experiment.plan import make_plan
 from evalfleet.policies.base import POLICIES, PolicyContext
-from evalfleet.rollout.runner import latest_records, run_shards
+from evalfleet.rollout.records import latest_records
+from evalfleet.rollout.runner import run_shards
 from evalfleet.sim.metaworld_env import MetaworldEnvironment
 from evalfleet.sim.metaworld_spec import MetaworldOptions
 

@@ -7,7 +7,8 @@ import pytest
 from evalfleet_testkit import metaworld_run
 from evalfleet.experiment.loading import load_experiment
 from evalfleet.experiment.plan import make_plan
-from evalfleet.rollout.runner import latest_records, run_shards
+from evalfleet.rollout.records import latest_records
+from evalfleet.rollout.runner import run_shards
 
 pytestmark = pytest.mark.slow
 TASKS = ("reach-v3", "push-v3", "pick-place-v3", "drawer-open-v3")

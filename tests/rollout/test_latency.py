@@ -13,7 +13,8 @@ from evalfleet.errors import UserError
 from evalfleet.experiment.loading import load_experiment
 from evalfleet.experiment.plan import make_plan
 from evalfleet.rollout.latency import latency_steps
-from evalfleet.rollout.runner import latest_records, run_shards
+from evalfleet.rollout.records import latest_records
+from evalfleet.rollout.runner import run_shards
 
 STEPS = 20
 

@@ -11,7 +11,8 @@ import pytest
 from evalfleet_testkit import metaworld_run
 from evalfleet.experiment.loading import load_experiment
 from evalfleet.experiment.plan import make_plan
-from evalfleet.rollout.runner import latest_records, run_shards
+from evalfleet.rollout.records import latest_records
+from evalfleet.rollout.runner import run_shards
 
 ALL_VARIATIONS = {
     "robot.action_noise": {"enabled": True, "distribution": "uniform", "low": 0.0, "high": 0.3},

@@ -14,7 +14,8 @@ import pytest
 from evalfleet_testkit import metaworld_run, run_evalfleet
 from evalfleet.experiment.loading import load_experiment
 from evalfleet.experiment.plan import make_plan
-from evalfleet.rollout.runner import latest_records, run_shards
+from evalfleet.rollout.records import latest_records
+from evalfleet.rollout.runner import run_shards
 from evalfleet.rollout.video import FrameClock
 
 av = pytest.importorskip("av")

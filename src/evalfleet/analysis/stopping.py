@@ -27,7 +27,7 @@ import numpy as np
 from evalfleet.analysis.sequential import decide, rate_confidence_sequence, spending_label
 from evalfleet.experiment.schema import Experiment
 from evalfleet.experiment.stopping import comparisons
-from evalfleet.rollout.runner import is_decided
+from evalfleet.rollout.records import is_decided
 
 OUTCOME = {"success": 1, "failure": 0}
 

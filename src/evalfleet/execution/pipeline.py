@@ -31,7 +31,7 @@ from evalfleet.outputs.finalize import Preload, finalize
 from evalfleet.outputs.result import ExperimentResult
 from evalfleet.outputs.tracking import check_tracking, log_to_trackers
 from evalfleet.rollout.records import DECISION_FIELDS
-from evalfleet.rollout.runner import is_decided, latest_records
+from evalfleet.rollout.records import is_decided, latest_records
 from evalfleet.rollout.timings import PhaseTimings
 from evalfleet.secrets import exported
 

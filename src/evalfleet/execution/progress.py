@@ -12,7 +12,7 @@ from typing import Any
 
 from evalfleet.execution.threads import any_running, wait_any
 from evalfleet.rollout.records import RunScope, precedence
-from evalfleet.rollout.runner import run_log_files
+from evalfleet.rollout.records import run_logs
 
 SESSION_SLACK_S = 2.0  # clock skew between the workers' records and this process
 
@@ -100,7 +100,7 @@ class ProgressTracker:
 
     def poll(self) -> None:
         for name, progress in self.runs.items():
-            for path in run_log_files(self.out_dir, name):
+            for path in run_logs(self.out_dir, name):
                 tail = self._tails.get(path)
                 if tail is None:
                     tail = self._tails[path] = LogTail(path)

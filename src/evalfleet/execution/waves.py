@@ -16,7 +16,7 @@ from typing import Callable
 from evalfleet.analysis.stopping import StoppingState, decided_outcomes, decision_line, rules_of, state
 from evalfleet.execution.backends import Backend, ExecutionJob, WorkerResult
 from evalfleet.experiment.plan import Plan, Shard
-from evalfleet.rollout.runner import latest_records
+from evalfleet.rollout.records import latest_records
 
 def has_stopping(plan: Plan) -> bool:
     return any(rp.run.stopping is not None for rp in plan.runs.values())

@@ -28,39 +28,26 @@ from evalfleet.arena_format import arena_videos
 from evalfleet.errors import UserError
 from evalfleet.feedback import is_long, track
 from evalfleet.forking import fork_allowed, in_child
-from evalfleet.layout import (EXPERIMENT_FILE, PARTS_DIR, PLOTS_DIR, PROTOCOL_FILE, RECORDS_FILE, REPORT_DATA_DIR,
-                              REPORT_FILE, RESULT_FILE, STATUS_FILE, VIDEOS_DIR)
+from evalfleet.layout import (EXPERIMENT_FILE, PARTS_DIR, PLOTS_DIR, PROTOCOL_FILE, RECORDS_FILE, REPORT_FILE,
+                              RESULT_FILE, STATUS_FILE, VIDEOS_DIR)
 from evalfleet.outputs.failures import ProtocolCheck, read_protocol
 from evalfleet.outputs.report import render_report
 from evalfleet.outputs.report_episodes import episode_script, script_path
 from evalfleet.outputs.run_digest import OutcomeRecords, RunDigest, digest_run
 from evalfleet.outputs.run_facts import Stopwatch, collect_facts
+from evalfleet.outputs.run_sources import (MAX_DEPTH, RunSource, files_to_read, find_sources, in_experiment_order,
+                                           location_name, read_experiment, skipped_files)
 from evalfleet.outputs.staging import Staging
 from evalfleet.outputs.storage import Location, check_endpoint, is_url, open_location
-from evalfleet.secrets import mask_url
 from evalfleet.outputs.stopping_result import add_stopping
 from evalfleet.outputs.summary import build_result, provenance
+from evalfleet.secrets import mask_url
 from evalfleet.rollout.records import RunRecords, RunScope, SetAside
-from evalfleet.rollout.run_folder import (experiment_document, folder_records, join, merge_statuses,
-                                          planned_episodes, read_status, run_files, status_planned)
+from evalfleet.rollout.run_folder import (folder_records, join, merge_statuses, planned_episodes, read_status,
+                                          status_planned)
 
 log = logging.getLogger("evalfleet.outputs")
 
-SKIP_DIRS = {VIDEOS_DIR, PLOTS_DIR, PARTS_DIR, REPORT_DATA_DIR}
-MAX_DEPTH = 3  # how deep below a source root Runs are looked for
-
-
-@dataclass
-class RunSource:
-    """One Run folder inside one source."""
-
-    location: Location
-    rel: str  # the Run folder relative to the source root ("" when the source is the Run folder itself)
-    record_files: list[str] = field(default_factory=list)  # merged file first, then parts/*.jsonl by name
-    status_file: str | None = None
-    has_videos: bool = False
-    arena_files: list[str] = field(default_factory=list)  # Arena's episode_results_{rebuild,rank}<N>.jsonl, in order
-    loose_videos: list[str] = field(default_factory=list)  # Arena's .mp4 files lying in the Run folder itself
 
 
 @dataclass
@@ -82,42 +69,6 @@ class RunData:
         return {**(self.status or {}), "planned_episodes": self.planned}
 
 
-# --- finding Runs ------------------------------------------------------------------------------------
-
-def find_runs(loc: Location, *, max_depth: int = MAX_DEPTH) -> list[tuple[str, RunSource]]:
-    """(Run name, where its files are) for every Run folder at most `max_depth` levels below `loc`. A name
-    may appear more than once (one folder per worker task): their records are merged."""
-    found: list[tuple[str, RunSource]] = []
-
-    def visit(rel: str, depth: int) -> None:
-        entries = dict(loc.listdir(rel))
-        parts = [n for n, is_dir in loc.listdir(join(rel, PARTS_DIR)) if not is_dir] \
-            if entries.get(PARTS_DIR) is True else []
-        files = run_files([n for n, is_dir in entries.items() if not is_dir], parts)
-        if files.is_run:
-            name = rel.rsplit("/", 1)[-1] if rel else _basename(loc)
-            src = RunSource(location=loc, rel=rel, status_file=join(rel, STATUS_FILE) if files.status else None,
-                            has_videos=entries.get(VIDEOS_DIR) is True,
-                            record_files=[join(rel, n) for n in files.collected()],
-                            arena_files=[join(rel, n) for n in files.arena_files()])
-            if not files.merged:  # Arena's videos beside its records (a collected folder has them in videos/)
-                src.loose_videos = sorted(n for n, is_dir in entries.items() if not is_dir and n.endswith(".mp4"))
-            found.append((name, src))
-            return
-        if depth >= max_depth:
-            return
-        for name, is_dir in sorted(entries.items()):
-            if is_dir and name not in SKIP_DIRS and not name.startswith("."):
-                visit(join(rel, name), depth + 1)
-
-    visit("", 0)
-    return found
-
-
-def _basename(loc: Location) -> str:
-    return loc.root.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1] or "run"
-
-
 # --- reading and merging records ---------------------------------------------------------------------
 
 def read_run(name: str, sources: list[RunSource], *, merged_only: bool = False,
@@ -133,7 +84,7 @@ def read_run(name: str, sources: list[RunSource], *, merged_only: bool = False,
     protocols = ProtocolCheck(name)  # one Run's records under two protocol identities are refused
     for src in sources:
         videos = _arena_videos(src) if src.arena_files else None
-        for rec, line, where in folder_records(src.location, _files_to_read(src, merged_only), src.arena_files,
+        for rec, line, where in folder_records(src.location, files_to_read(src, merged_only), src.arena_files,
                                                run=name, status=status, videos=videos, after_file=after_file):
             if merged.add(rec, line, where) is None:
                 protocols.add(rec, where)
@@ -151,13 +102,6 @@ def _arena_videos(src: RunSource) -> dict[tuple[int, int, int], dict[str, str]]:
     return arena_videos(names)
 
 
-def find_sources(locations: list[Location]) -> dict[str, list[RunSource]]:
-    """Every Run found in the locations, by name: where its files are (one Run may lie in several)."""
-    by_name: dict[str, list[RunSource]] = {}
-    for loc in locations:
-        for name, src in find_runs(loc):
-            by_name.setdefault(name, []).append(src)
-    return by_name
 
 
 def stream_runs(names: list[str], found: dict[str, list[RunSource]], staging: Staging, *,
@@ -170,7 +114,7 @@ def stream_runs(names: list[str], found: dict[str, list[RunSource]], staging: St
     folders without run_status.json. Where the records are local, several MB and this process may fork, the
     second half of the Runs (by bytes) is read at the same time in a forked child (`forking.in_child`): the same
     files, digests, log lines and errors; a child that fails leaves its Runs to be read here, in order."""
-    files = sum(len(_files_to_read(src, merged_only)) for name in names for src in found.get(name, []))
+    files = sum(len(files_to_read(src, merged_only)) for name in names for src in found.get(name, []))
     if is_long(files=files):
         log.info("reading %d record files of %d Runs", files, len(names))
 
@@ -245,7 +189,7 @@ def _second_half(names: list[str], found: dict[str, list[RunSource]], staging: S
         for src in found.get(name, []):
             if not src.location.is_local:
                 return len(names)
-            size += sum(src.location.size(rel) or 0 for rel in [*_files_to_read(src, merged_only), *src.arena_files])
+            size += sum(src.location.size(rel) or 0 for rel in [*files_to_read(src, merged_only), *src.arena_files])
         sizes.append(size)
     total = sum(sizes)
     if total < SPLIT_BYTES:
@@ -282,13 +226,6 @@ def work_size(runs: list[Any]) -> dict[str, int]:
     """How many record files and episodes the Runs came from (is the work long enough to report on?)."""
     return {"files": sum(len(src.record_files) for run in runs for src in run.sources),
             "episodes": sum(run.episodes if isinstance(run, RunDigest) else len(run.records) for run in runs)}
-
-
-def _files_to_read(src: RunSource, merged_only: bool) -> list[str]:
-    files = src.record_files
-    if merged_only and files and files[0].endswith(RECORDS_FILE):
-        return files[:1]
-    return files
 
 
 # --- collect -----------------------------------------------------------------------------------------
@@ -384,60 +321,6 @@ def _collect(sources: list[str], output: str, *, endpoint_url: str | None, repor
     return collected
 
 
-def skipped_files(locations: list[Location]) -> list[dict[str, str]]:
-    """What the sources held but collect did not read: [{"path", "why"}] (links out, FIFOs, ...)."""
-    return [{"path": loc.display(rel), "why": why} for loc in locations for rel, why in sorted(loc.skipped.items())]
-
-
-def read_experiment(locations: list[Location]) -> tuple[bytes | None, Location | None, dict[str, Any]]:
-    """The first source's experiment.yaml that is a regular file in it and an Experiment (its bytes, where
-    it is, its Runs with `shared` merged in); one that is not is skipped (`Location.skipped`), one that differs from the
-    first is logged."""
-    found: tuple[bytes | None, Location | None, dict[str, Any]] = (None, None, {})
-    for loc in locations:
-        if not loc.is_file(EXPERIMENT_FILE):
-            continue
-        data = loc.read_bytes(EXPERIMENT_FILE)
-        try:
-            document = experiment_document(data, loc.display(EXPERIMENT_FILE))
-        except UserError as exc:
-            loc.skipped[EXPERIMENT_FILE] = f"not an Experiment ({exc.message})"
-            log.warning("%s: skipped, not an Experiment (%s)", loc.display(EXPERIMENT_FILE), exc.message)
-            continue
-        if found[0] is None:
-            found = (data, loc, document)
-        elif data != found[0]:
-            log.warning("%s differs from %s; keeping the first", loc.display(EXPERIMENT_FILE),
-                        found[1].display(EXPERIMENT_FILE))
-    return found
-
-
-def _experiment_runs(experiment_bytes: bytes | None) -> dict[str, Any]:
-    """The Runs the output's experiment.yaml names, in its order ({} when unreadable)."""
-    if experiment_bytes is None:
-        return {}
-    try:
-        return experiment_document(experiment_bytes, EXPERIMENT_FILE)
-    except UserError:
-        return {}
-
-
-def experiment_run_order(experiment_bytes: bytes | None) -> list[str]:
-    """The Run names of an output's experiment.yaml, in its order ([] when there is none)."""
-    return [str(name) for name in _experiment_runs(experiment_bytes)]
-
-
-def in_experiment_order(found: list[Any], order: list[str]) -> list[Any]:
-    """The Experiment's order (the report and experiment_result.json list Runs as the file does); Runs it does
-    not name follow by name. `found`: Run names, or Runs (objects with .name)."""
-    index = {name: i for i, name in enumerate(order)}
-
-    def name(r: Any) -> str:
-        return r if isinstance(r, str) else r.name
-
-    return sorted(found, key=lambda r: (index.get(name(r), len(index)), name(r)))
-
-
 def _never_started(name: str, planned: int | None) -> RunData:
     """A Run the Experiment names that left nothing at all (its task never started, or its output was lost):
     failed, with the reason, so every Run of the Experiment has an execution status."""
@@ -461,7 +344,7 @@ def write_collected_report(collected: Collected, title: str | None = None) -> st
     if is_long(**work_size(collected.runs)):
         log.info("writing %s", dest.display(REPORT_FILE))
     page = render_report(collected.result, collected.runs, plots=plots,
-                         title=title or f"evalfleet report: {_basename(dest)}")
+                         title=title or f"evalfleet report: {location_name(dest)}")
     dest.write_bytes(REPORT_FILE, page.encode("utf-8"))
     return dest.display(REPORT_FILE)
 

@@ -15,8 +15,8 @@ from evalfleet.errors import UserError
 from evalfleet.feedback import is_long
 from evalfleet.rollout.run_folder import planned_episodes
 from evalfleet.layout import PLOTS_DIR, REPORT_FILE, RESULT_FILE
-from evalfleet.outputs.collect import (Collected, collect_runs, find_sources, in_experiment_order, read_experiment,
-                                      skipped_files, stream_runs, work_size, write_collected_report)
+from evalfleet.outputs.collect import Collected, collect_runs, stream_runs, work_size, write_collected_report
+from evalfleet.outputs.run_sources import find_sources, in_experiment_order, read_experiment, skipped_files
 from evalfleet.outputs.report import render_report
 from evalfleet.outputs.run_digest import OutcomeRecords
 from evalfleet.outputs.staging import Staging

@@ -19,7 +19,7 @@ from typing import Any
 
 from evalfleet.errors import UserError
 from evalfleet.layout import EXPERIMENT_FILE, METADATA_FILE, REPORT_FILE, RESULT_FILE
-from evalfleet.outputs.collect import find_runs
+from evalfleet.outputs.run_sources import find_runs
 from evalfleet.outputs.storage import Location
 from evalfleet.rollout.records import RunRecords, RunScope, precedence, record_episode
 from evalfleet.rollout.run_folder import (experiment_document, merge_statuses, parse_record_lines, planned_episodes,

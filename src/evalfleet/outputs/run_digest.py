@@ -30,7 +30,7 @@ class RunDigest:
     """One collected Run without its records (see the module's docstring)."""
 
     name: str
-    sources: list[Any]  # collect.RunSource: where its files were
+    sources: list[Any]  # run_sources.RunSource: where its files were
     status: dict[str, Any] | None
     set_aside: SetAside
     planned: int | None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -64,6 +64,13 @@ class BasePolicy:
 
     def close(self) -> None:  # optional hook
         pass
+
+
+def single_act(policy: Any) -> Callable[[dict[str, Any], int], np.ndarray] | None:
+    """The policy's `act` where its `act_batch` is BasePolicy's (a loop over `act`), so one env's call can skip the
+    loop; None where it batches (or wraps) on its own."""
+    act_batch = getattr(type(policy), "act_batch", None)
+    return policy.act if act_batch is BasePolicy.act_batch else None
 
 
 # type name → factory(options: dict | BaseModel, context: PolicyContext) -> BasePolicy

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from evalfleet.errors import UserError
-from evalfleet.layout import RECORDS_SUFFIX, parts_dir, protocol_path, records_path
+from evalfleet.layout import protocol_path
 from evalfleet.sim.protocol import (
     ENV_ERROR,
     PHYSICS_ERROR,
@@ -138,9 +138,7 @@ def check_resume_protocols(out_dir: Path, runs: dict[str, Any]) -> None:
     """Before a resume writes anything: every Run's existing records carry its current protocol identity."""
     for name, run in runs.items():
         if (out_dir / name).is_dir():
+            from evalfleet.rollout.records import run_logs
+
             check_records_protocol(run_logs(out_dir, name), run_protocol(run))
 
-
-def run_logs(out_dir: Path, run: str) -> list[Path]:
-    """Every log of a Run: the merged file first, then the shard parts (later lines win)."""
-    return [records_path(out_dir, run), *sorted(parts_dir(out_dir, run).glob(f"*{RECORDS_SUFFIX}"))]

@@ -149,9 +149,9 @@ def account_restart(in_flight: InFlight, plans: dict[str, Any], out_dir: Path,
 
 def _crash_record(entry: dict[str, Any], plans: dict[str, Any], out_dir: Path, code: str,
                   outcome: str) -> dict[str, Any] | None:
-    from evalfleet.rollout.failures import run_logs, run_protocol
-    from evalfleet.rollout.records import (DECISION_FIELDS, EpisodeRecord, RecordWriter, RunScope,
-                                          read_run_records)
+    from evalfleet.rollout.failures import run_protocol
+    from evalfleet.rollout.records import (DECISION_FIELDS, EpisodeRecord, RecordWriter, RunScope, read_run_records,
+                                          run_logs)
 
     plan = plans.get(entry["run"])
     episode, attempt = entry["episode"], entry["attempt"]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator
 
+from evalfleet.layout import RECORDS_SUFFIX, parts_dir, records_path
 from evalfleet.rollout.run_folder import parse_record_lines
 
 STATUSES = ("success", "failure", "error")
@@ -293,7 +294,7 @@ class RunRecords:
         return [self._best[ep][2] for ep in sorted(self._best)]
 
 
-# What deciding an episode needs of its record (`runner.is_decided`, a step budget's steps done).
+# What deciding an episode needs of its record (`is_decided`, a step budget's steps done).
 DECISION_FIELDS = ("status", "attempt", "episode_length")
 
 
@@ -338,3 +339,23 @@ class RunRecordsTail:
                 done += end
             self._read[key] = (inode, done)
         return self.records
+
+
+# --- a Run's logs in an output folder, and the records that count ------------------------------------------
+
+def run_logs(out_dir: Path, run: str) -> list[Path]:
+    """Every log of a Run: the merged file first, then the shard parts (later lines win)."""
+    return [records_path(out_dir, run), *sorted(parts_dir(out_dir, run).glob(f"*{RECORDS_SUFFIX}"))]
+
+
+def latest_records(out_dir: Path, run: str, planned: int | None = None,
+                   keep: tuple[str, ...] | None = None) -> dict[int, dict[str, Any]]:
+    """Episode → the record that counts, from every log of the Run (records of other Runs and of episodes
+    outside 0..planned-1 never count; see RunRecords for the rule); `keep`: only those fields of each
+    (DECISION_FIELDS before each shard, so a worker's memory does not grow with its Run's records)."""
+    return read_run_records(RunScope(run, planned), run_logs(out_dir, run), keep=keep).by_episode
+
+
+def is_decided(record: dict[str, Any], max_attempts: int) -> bool:
+    """Finished for good: a success or failure, or an error that has used up its attempts."""
+    return record.get("status") in ("success", "failure") or int(record.get("attempt", 1)) >= max_attempts

@@ -30,35 +30,21 @@ from typing import Any, Callable, Iterable
 
 from evalfleet.experiment.plan import RunPlan, Shard
 from evalfleet.layout import part_path, timings_path
+from evalfleet.policies.base import single_act
 from evalfleet.rollout.actions import checked_action
 from evalfleet.rollout.failures import (check_records_protocol, describe_error, env_code, policy_code,
-                                        recording_code, run_logs, run_protocol, task_code, write_protocol)
+                                        recording_code, run_protocol, task_code, write_protocol)
 from evalfleet.rollout.garbage import GarbageBound
 from evalfleet.rollout.heartbeat import HeartbeatWriter
 from evalfleet.rollout.latency import LatencyModel, enqueue
 from evalfleet.rollout.inflight import InFlight, runner_in_flight
 from evalfleet.rollout.records import (DECISION_FIELDS, EpisodeRecord, RecordWriter, RunRecordsTail, RunScope,
-                                      read_run_records)
+                                      is_decided, run_logs)
 from evalfleet.rollout.shard_state import ShardOutcome, ShardProgress, Slot
 from evalfleet.rollout.timings import PhaseTimings, worker_name
 from evalfleet.rollout.video import EpisodeVideo, should_record
 from evalfleet.sim.base import with_defaults
 from evalfleet.sim.protocol import EPISODE_TIMEOUT, POLICY_ERROR, RECORDING_ERROR, SPEC_MISMATCH
-
-run_log_files = run_logs  # every log of a Run: the merged file first, then the shard parts (later lines win)
-
-
-def latest_records(out_dir: Path, run: str, planned: int | None = None,
-                   keep: tuple[str, ...] | None = None) -> dict[int, dict[str, Any]]:
-    """Episode → the record that counts, from every log of the Run (records of other Runs and of episodes
-    outside 0..planned-1 never count; see records.RunRecords for the rule); `keep`: only those fields of each
-    (DECISION_FIELDS before each shard, so a worker's memory does not grow with its Run's records)."""
-    return read_run_records(RunScope(run, planned), run_log_files(out_dir, run), keep=keep).by_episode
-
-
-def is_decided(record: dict[str, Any], max_attempts: int) -> bool:
-    """Finished for good: a success or failure, or an error that has used up its attempts."""
-    return record.get("status") in ("success", "failure") or int(record.get("attempt", 1)) >= max_attempts
 
 
 class ShardRunner:
@@ -98,7 +84,7 @@ class ShardRunner:
         self.latency = LatencyModel.of_run(plan.name, plan.run)  # None: the world waits for the policy (sync)
         # What decides this Run's episodes, read on from the logs before each shard (only the new lines).
         self._decisions = RunRecordsTail(RunScope(plan.name, plan.num_episodes),
-                                         lambda: run_log_files(self.out_dir, plan.name), keep=DECISION_FIELDS)
+                                         lambda: run_logs(self.out_dir, plan.name), keep=DECISION_FIELDS)
 
     # -- what to run ---------------------------------------------------------------------------
     def _pending(self, shard: Shard) -> collections.deque:
@@ -136,7 +122,7 @@ class ShardRunner:
         """Every episode of the shard that is not decided yet (or, for a `num_steps` Run, new episodes until its
         step budget is spent), `num_envs` at a time, one record line each; stops early when `stop` is set."""
         if not self._protocol_checked:  # the Run's records are of this protocol; protocol.json says which it is
-            check_records_protocol(run_log_files(self.out_dir, self.plan.name), self.protocol)
+            check_records_protocol(run_logs(self.out_dir, self.plan.name), self.protocol)
             write_protocol(self.out_dir, self.plan.name, self.protocol)
             self._protocol_checked = True
         queue, budget, next_index = self._todo(shard)
@@ -381,15 +367,6 @@ class ShardRunner:
                 pass
         if self._policy is not None and hasattr(self._policy, "close"):
             self._policy.close()
-
-
-def single_act(policy: Any) -> Callable[[Any, int], Any] | None:
-    """The policy's `act` where its `act_batch` is BasePolicy's (a loop over `act`), so one env's call can skip the
-    loop; None where it batches (or wraps) on its own."""
-    from evalfleet.policies.base import BasePolicy
-
-    act_batch = getattr(type(policy), "act_batch", None)
-    return policy.act if act_batch is BasePolicy.act_batch else None
 
 
 def build_shard_runner(plan: RunPlan, out_dir: str | Path, **kwargs: Any) -> ShardRunner:

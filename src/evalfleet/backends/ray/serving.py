@@ -27,10 +27,10 @@ from evalfleet.layout import internal_dir, server_log_path
 
 def existing_lines(out: Path, run: str) -> list[str]:
     """Every record line a Run's logs hold now (merged file first, then the parts)."""
-    from evalfleet.rollout.runner import run_log_files
+    from evalfleet.rollout.records import run_logs
 
     lines: list[str] = []
-    for path in run_log_files(out, run):
+    for path in run_logs(out, run):
         try:
             text = path.read_text(encoding="utf-8", errors="replace")
         except OSError:

@@ -20,7 +20,7 @@ from evalfleet.experiment.loading import LoadedExperiment
 from evalfleet.experiment.tracking import SinkOptions
 from evalfleet.layout import VIDEOS_DIR
 from evalfleet.outputs.result import ExperimentResult
-from evalfleet.rollout.runner import latest_records
+from evalfleet.rollout.records import latest_records
 from evalfleet.secrets import mask_url
 from evalfleet.seeding import stable_hash
 
