@@ -1,8 +1,8 @@
 """Work in forked children of this process: whether forking is safe here (`fork_allowed`), what to do before a
-fork (`flush_std_streams`) and after (`reap`); `at_once`: tasks run in children while this process does its own
-share (the end of a run draws its two plots, ~0.1 s each, on two cores instead of one after the other); and
-`in_child`: a task whose result comes back pickled (collect reads the second half of a large Experiment's Runs
-there). Whatever fails in a child is done again by the caller, so errors are raised where they always were.
+fork (`flush_std_streams`) and after (`reap`); `in_child`: a task whose result comes back pickled (collect reads
+the second half of a large Experiment's Runs there; whatever fails in the child is done again by the caller, so
+errors are raised where they always were); whether this process is the `evalfleet` command's own
+(`mark_command_process`: the local backend forks its runners only there).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pickle
 import signal
 import sys
 import threading
-from typing import Callable, Generic, NoReturn, Sequence, TypeVar
+from typing import Callable, Generic, NoReturn, TypeVar
 
 T = TypeVar("T")
 
@@ -56,31 +56,6 @@ def reap(pid: int) -> int | None:
     except ChildProcessError:
         return None
     return os.waitstatus_to_exitcode(status)
-
-
-def at_once(first: Callable[[], T], others: Sequence[Callable[[], object]]) -> T:
-    """`first()`'s result, each of `others` run meanwhile in a forked child of its own where forking is allowed.
-    A task that cannot be forked, or fails in its child (any exit but 0), runs here once `first` is done, in
-    order, so that what it raises is raised here as if every task had run here one after the other. Children
-    write nothing on stdout or stderr (give tasks that print nothing) and are reaped before this returns or
-    raises. Tasks share nothing with this process but the files they write."""
-    here: list[Callable[[], object]] = list(others)
-    children: list[tuple[int, Callable[[], object]]] = []
-    if here and fork_allowed():
-        flush_std_streams()
-        for task in here:
-            pid = os.fork()
-            if pid == 0:
-                _run_in_child(task)
-            children.append((pid, task))
-        here = []
-    try:
-        result = first()
-    finally:
-        failed = [task for pid, task in children if reap(pid) != 0]
-    for task in failed or here:
-        task()
-    return result
 
 
 def _run_in_child(task: Callable[[], object], result_fd: int | None = None) -> NoReturn:

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 from analysis_synth import assert_real_image
-from evalfleet_testkit import COUNT_FORKS
 from evalfleet.analysis.plots import plot_size_px
 from evalfleet.analysis.stats import wilson_interval
 from evalfleet.cli import main
@@ -75,32 +72,3 @@ def test_plot_size_grows_with_tasks(tmp_path: Path) -> None:
     assert main(["plot", str(root), "--policies", "pi0", "gr00t", "cosmos", "-o", str(png)]) == 0
     assert plot_size_px(12, 3)[0] > 720
     assert_real_image(png, plot_size_px(12, 3))
-
-
-def test_plots_drawn_at_once_are_the_plots_drawn_one_after_the_other(evalfleet_output: Path, tmp_path: Path) -> None:
-    """`evalfleet plot` draws average progress in a forked child while it draws the success rates
-    (forking.at_once); with a thread alive it draws both itself. The files are the same, byte for byte."""
-    script = COUNT_FORKS + """
-import sys, threading
-from evalfleet.cli import main
-if sys.argv[2] == "thread":
-    release = threading.Event()
-    threading.Thread(target=release.wait, daemon=True).start()
-code = main(["plot", sys.argv[1], "--output", sys.argv[3]])
-print("forks", len(forks))
-sys.exit(code)
-"""
-    drawn = {}
-    for mode in ("forked", "thread"):
-        png = tmp_path / mode / "success_rates.png"
-        proc = subprocess.run([sys.executable, "-c", script, str(evalfleet_output), mode, str(png)],
-                              capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr
-        assert f"forks {1 if mode == 'forked' else 0}" in proc.stdout
-        drawn[mode] = {p.name: p.read_bytes() for p in sorted(png.parent.iterdir())}
-    assert sorted(drawn["forked"]) == ["average_progress.json", "average_progress.png", "success_rates.json",
-                                       "success_rates.png"]
-    json_names = [name for name in drawn["forked"] if name.endswith(".json")]
-    for name in json_names:  # each names its own image path
-        drawn["forked"][name] = drawn["forked"][name].replace(b"/forked/", b"/thread/")
-    assert drawn["forked"] == drawn["thread"]

@@ -13,7 +13,6 @@ from evalfleet.analysis.grouping import UNTAGGED, assign_arms, filter_runs, labe
 from evalfleet.analysis.loading import RecordSet
 from evalfleet.analysis.plots import cells_json, grouped_bar_plot, progress_cells, success_cells, write_json
 from evalfleet.errors import UserError
-from evalfleet.forking import at_once
 from evalfleet.layout import RECORDS_FILE
 from evalfleet.rollout.records import SetAside
 
@@ -81,9 +80,7 @@ def write_collected_plots(runs: list[Any], output: Path, *, where: str) -> Succe
 
 def plot_counts(counts: ArmCounts, output: Path, *, policies: list[str] | None, set_aside: int,
                 title: str | None = None) -> SuccessPlots:
-    """Draw the plots (and write their JSON) from per-Arm counts; `policies` orders the bars (else sorted). The
-    average-progress plot is drawn in a forked child while this process draws the success rates, where it may
-    fork (`forking.at_once`; the same picture, byte for byte)."""
+    """Draw the plots (and write their JSON) from per-Arm counts; `policies` orders the bars (else sorted)."""
     tasks = sorted({arm.task for arm in counts.tallies})
     shown = list(dict.fromkeys(policies)) if policies else sorted({arm.policy for arm in counts.tallies})
     cells = success_cells(counts)
@@ -91,15 +88,13 @@ def plot_counts(counts: ArmCounts, output: Path, *, policies: list[str] | None, 
     title = title or f"Success rate with 95% Wilson interval ({n} episodes" + (
         f", {counts.errors} infrastructure errors excluded)" if counts.errors else ")")
     progress = progress_cells(counts)
+    size = grouped_bar_plot(cells, tasks, shown, output, ylabel="success rate", title=title)
     progress_image = None
-    others = []
     if progress:
         stem = output.stem.replace("success_rates", "average_progress")
         progress_image = output.with_name((stem if stem != output.stem else stem + "_progress") + output.suffix)
         progress_title = f"Average progress with 95% interval ({sum(c.n for c in progress.values())} episodes)"
-        others.append(lambda: grouped_bar_plot(progress, tasks, shown, progress_image, ylabel="average progress",
-                                               title=progress_title))
-    size = at_once(lambda: grouped_bar_plot(cells, tasks, shown, output, ylabel="success rate", title=title), others)
+        grouped_bar_plot(progress, tasks, shown, progress_image, ylabel="average progress", title=progress_title)
     data = output.with_suffix(".json")
     write_json(data, {"kind": "success_rate", "interval": "wilson95", "episodes": n,
                       "excluded_errors": counts.errors, "set_aside": set_aside,
