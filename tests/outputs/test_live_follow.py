@@ -100,7 +100,8 @@ def served(tmp_path_factory):
 
 def get(server: LiveServer, path: str, headers: dict | None = None, read: bool = True) -> tuple[int, bytes, dict]:
     conn = http.client.HTTPConnection(*server.server_address[:2], timeout=30)
-    conn.putrequest("GET", path, skip_accept_encoding=True)  # the path sent as given, never normalised
+    # the path sent as given, never normalised; a `Host` given replaces the one http.client would send
+    conn.putrequest("GET", path, skip_accept_encoding=True, skip_host="Host" in (headers or {}))
     for k, v in (headers or {}).items():
         conn.putheader(k, v)
     conn.endheaders()
@@ -157,3 +158,62 @@ def test_a_bad_serve_report_value_is_refused_before_anything_is_written(tmp_path
                           stdin=subprocess.DEVNULL)
     assert done.returncode == 2 and "--serve-report" in done.stderr and "[HOST:]PORT" in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def tokenless(tmp_path_factory):
+    """A tokenless server on loopback (what `evalfleet watch DIR` starts)."""
+    out = tmp_path_factory.mktemp("tokenless") / "out"
+    write_status(out / "a", planned=2, state="running")
+    append(out / "a" / "parts" / "0-2-a1.jsonl", line(record("a", 0, "success")))
+    (out / "experiment_metadata.json").write_text('{"command": "evalfleet run --secret-flag"}')
+    server = LiveServer(LiveReport(open_location(str(out)), title="t"), "127.0.0.1", 0, None)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("host", ["attacker.example", "attacker.example:{port}", "127.0.0.1.nip.io:{port}",
+                                  "127.0.0.1:1", "", "[::1]:1"])
+def test_a_request_addressed_to_another_name_gets_nothing(tokenless, host: str) -> None:
+    """DNS rebinding (#52, finding 1): a page whose own name now resolves to 127.0.0.1 sends its own name as
+    `Host`; the tokenless loopback server answers it with nothing of the folder."""
+    port = tokenless.server_address[1]
+    for path in ("/", "/events", "/experiment_metadata.json"):
+        status, body, _ = get(tokenless, path, {"Host": host.format(port=port)})
+        assert status == 421 and b"secret-flag" not in body and b"(live)" not in body, (host, path)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1:{port}", "localhost:{port}", "LOCALHOST", "[::1]:{port}", "127.0.0.1"])
+def test_a_request_addressed_to_a_loopback_name_is_answered(tokenless, host: str) -> None:
+    status, body, _ = get(tokenless, "/", {"Host": host.format(port=tokenless.server_address[1])})
+    assert status == 200 and b"(live)" in body
+
+
+def test_a_token_given_beside_a_valid_cookie_never_reaches_a_header(served) -> None:
+    """#52, finding 6: a `?token=` that is not the token, next to the right cookie, is neither echoed into
+    Set-Cookie (CR/LF would inject headers) nor crashes the handler (a value outside Latin-1)."""
+    server, token = served
+    cookie = {"Cookie": f"evalfleet_live_token={token}"}
+    for given in ("x%0d%0aX-Injected:%20yes", "%0d%0aSet-Cookie:%20evil=1", "%C3%A9t%C3%A9" * 4, "%E2%82%AC" * 8):
+        status, body, headers = get(server, f"/?token={given}", cookie)
+        assert status == 200 and b"(live)" in body, given
+        assert "X-Injected" not in headers and "Set-Cookie" not in headers, headers
+    status, _, headers = get(server, f"/?token={token}")
+    assert status == 200 and headers["Set-Cookie"].startswith(f"evalfleet_live_token={token};")
+
+
+@pytest.mark.parametrize("path", ["/a%00b", "/a/videos/ep.mp4%00", "/%0d%0a", "/a/%7f"])
+def test_a_control_character_in_the_path_is_not_found(served, path: str) -> None:
+    """#52, polish: a NUL byte in a URL path printed a traceback (the open's ValueError); now a plain 404."""
+    server, token = served
+    status, body, _ = get(server, f"{path}?token={token}")
+    assert status == 404 and body == b"not found\n"
+    assert get(server, f"/?token={token}")[0] == 200  # still serving
+
+
+def test_a_token_outside_the_url_safe_characters_is_refused() -> None:
+    for token in ("a" * 16 + "\r\nX: y", "ü" * 16, "a b" * 8, "a;b" * 8):
+        with pytest.raises(UserError, match="a token may hold only letters, digits"):
+            check_token("0.0.0.0", token)
+    assert check_token("0.0.0.0", "Az09-_.~" * 2) == "Az09-_.~" * 2

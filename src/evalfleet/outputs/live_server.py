@@ -7,7 +7,9 @@ a hidden part (`.evalfleet/`) or, locally, a link leading out of the folder is r
 
 It binds to loopback unless told otherwise; any other host needs a token, checked on every request including
 /events: `?token=T` (the page passes it on) or the cookie set when the token was given, compared in constant
-time. One thread (`LiveReport.follow`) refreshes the follower; request threads only read its latest view.
+time. Bound to loopback it answers only requests addressed to a loopback name (`Host: 127.0.0.1:PORT`,
+`localhost`, `[::1]`): a web page whose own name was rebound to 127.0.0.1 (DNS rebinding) gets nothing.
+One thread (`LiveReport.follow`) refreshes the follower; request threads only read its latest view.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import ipaddress
 import json
 import logging
 import mimetypes
+import re
 import secrets
 import threading
 from http import HTTPStatus
@@ -34,6 +37,9 @@ from evalfleet.outputs.storage import Location
 log = logging.getLogger("evalfleet.outputs")
 
 COOKIE = "evalfleet_live_token"
+TOKEN_CHARACTERS = re.compile(r"[A-Za-z0-9_.~-]+")  # what a URL and a cookie carry as they are
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 REFRESH_S = 0.5  # how often the folder is looked at
 KEEPALIVE_S = 10.0  # an SSE comment at least this often
 
@@ -61,6 +67,9 @@ def check_token(host: str, token: str | None, *, key: str = "--token") -> str | 
     """The token the server requires: none on loopback unless given; a generated one for any other host."""
     if token is not None and len(token) < 16:
         raise UserError("a token must have at least 16 characters (or leave it out: one is generated)",
+                        where="command line", key=key)
+    if token is not None and not TOKEN_CHARACTERS.fullmatch(token):
+        raise UserError("a token may hold only letters, digits and - _ . ~ (or leave it out: one is generated)",
                         where="command line", key=key)
     if token is None and not is_loopback(host):
         return secrets.token_urlsafe(24)
@@ -138,12 +147,16 @@ class LiveHandler(BaseHTTPRequestHandler):
         log.debug("live report: " + format, *args)
 
     def do_GET(self) -> None:
+        if not self._addressed_here():
+            return self._send(HTTPStatus.MISDIRECTED_REQUEST, b"this server answers only requests to its own address\n")
         parts = urlsplit(self.path)
         given = parse_qs(parts.query).get("token", [None])[0]
         if not self._allowed(given):
             return self._send(HTTPStatus.FORBIDDEN, b"a token is required: open the URL printed with ?token=\n")
         cookie = self._cookie(given)
         path = unquote(parts.path)
+        if CONTROL.search(path):  # a NUL or line break names no file
+            return self._send(HTTPStatus.NOT_FOUND, b"not found\n")
         if path == "/":
             return self._index(cookie)
         if path == "/events":
@@ -158,10 +171,25 @@ class LiveHandler(BaseHTTPRequestHandler):
         candidates = [given, cookies[COOKIE].value if COOKIE in cookies else None]
         return any(c is not None and hmac.compare_digest(c.encode(), token.encode()) for c in candidates)
 
+    def _addressed_here(self) -> bool:
+        """Bound to loopback: the request's `Host` names a loopback address (and this port, when it names one)."""
+        bound, port = self.server.server_address[:2]
+        if not is_loopback(str(bound)):
+            return True  # reachable from other machines: the token guards it
+        host = self.headers.get("Host", "")
+        match = re.fullmatch(r"\[?([^\[\]]*?)\]?(?::(\d+))?", host.strip().lower())
+        if match is None:
+            return False
+        name, given_port = match.groups()
+        return name in (*LOOPBACK_NAMES, str(bound)) and (given_port is None or int(given_port) == port)
+
     def _cookie(self, given: str | None) -> str | None:
-        if self.server.token is None or given is None:
+        """The cookie the page's own requests carry, set when the request gave the right token (the server's own
+        value: nothing a request sends reaches a header)."""
+        token = self.server.token
+        if token is None or given is None or not hmac.compare_digest(given.encode(), token.encode()):
             return None
-        return f"{COOKIE}={given}; Path=/; HttpOnly; SameSite=Strict"
+        return f"{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict"
 
     def _index(self, cookie: str | None) -> None:
         report = self.server.report
@@ -205,7 +233,7 @@ class LiveHandler(BaseHTTPRequestHandler):
             if not loc.is_file(rel):
                 return self._send(HTTPStatus.NOT_FOUND, b"not found\n")
             body = loc.read_bytes(rel)
-        except (UserError, OSError):
+        except (UserError, OSError, ValueError):
             return self._send(HTTPStatus.NOT_FOUND, b"not found\n")
         kind = mimetypes.guess_type(rel)[0] or "application/octet-stream"
         self._send(HTTPStatus.OK, body, kind, cookie)
