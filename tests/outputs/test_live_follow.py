@@ -217,3 +217,31 @@ def test_a_token_outside_the_url_safe_characters_is_refused() -> None:
         with pytest.raises(UserError, match="a token may hold only letters, digits"):
             check_token("0.0.0.0", token)
     assert check_token("0.0.0.0", "Az09-_.~" * 2) == "Az09-_.~" * 2
+
+
+def test_a_run_the_experiment_names_before_its_folder_exists_is_waiting(tmp_path: Path) -> None:
+    """#52, finding 8: `watch` stopped with an AttributeError when experiment.yaml named a Run whose folder did
+    not exist yet (a Run no worker had reached)."""
+    out = tmp_path / "out"
+    append(out / "a" / "parts" / "0-2-a1.jsonl", line(record("a", 0, "success")))
+    run = "{environment: {type: metaworld, task: push-v3}, policy: {type: metaworld_expert}, " \
+          "rollout_limit: {num_episodes: 2}}"
+    (out / "experiment.yaml").write_text(f"name: t\nruns:\n  a: {run}\n  b: {run}\n")
+    follower = FolderFollower(open_location(str(out)))
+    follower.refresh()
+    view = live_view(follower)
+    runs = {r["run"]: r for r in view["runs"]}
+    assert runs["b"]["state"] == "waiting" and runs["b"]["done"] == 0 and runs["b"]["videos"] == []
+    assert runs["a"]["done"] == 1 and view["planned"] == 4
+
+
+def test_markup_in_a_value_can_neither_end_nor_bend_the_pages_script() -> None:
+    """#52, polish: `<!--<script>` in a Run's reason blanked the live page (the HTML parser's script states)."""
+    from evalfleet.outputs.live_page import live_page
+
+    reason = "<!--<script>x</script><!-- </SCRIPT "
+    view = {"version": 1, "finished": False, "status": "running", "updated": "", "done": 0, "planned": None,
+            "eta_text": "", "runs": [{"run": "a", "reason": reason}], "comparisons": []}
+    page = live_page("t", view)
+    inline = page.split("\ndraw(", 1)[1].split(");\n", 1)[0]
+    assert "<" not in inline and json.loads(inline)["runs"][0]["reason"] == reason

@@ -61,7 +61,7 @@ def run_view(name: str, run: LiveRun | None, planned: int | None) -> dict[str, A
             "eta_s": eta, "eta_text": format_eta(eta),
             "set_aside": run.records.set_aside.total if run else 0,
             "videos": [{"episode": ep, "url": quote(f"{name}/{path}")}
-                       for _ts, ep, video in sorted(run.videos, reverse=True) if run
+                       for _ts, ep, video in sorted(run.videos if run else (), reverse=True)
                        for path in list(video.values())[:1] if isinstance(path, str)]}
 
 
@@ -95,7 +95,13 @@ def stopping_decisions(follower: FolderFollower, names: list[str]) -> dict[str, 
 def live_page(title: str, view: dict[str, Any]) -> str:
     """The live page: the first view inline, then updates from /events (server-sent events), drawn in place."""
     return (PAGE.replace("__TITLE__", html.escape(title))
-            .replace("__VIEW__", json.dumps(view).replace("</", "<\\/")))
+            .replace("__VIEW__", script_json(view)))
+
+
+def script_json(value: Any) -> str:
+    """JSON to place inside a <script> element: every `<` written as \\u003c, so no value (`</script>`, `<!--`,
+    which would switch the HTML parser's script states and blank the page) can end or bend the element."""
+    return json.dumps(value).replace("<", "\\u003c")
 
 
 PAGE = """<!doctype html>
