@@ -39,7 +39,7 @@ def _no_osmo_token(v: Any) -> Any:
 
 
 def _image(v: str) -> str:
-    if len(v) > IMAGE_MAX or not IMAGE.match(v):
+    if len(v) > IMAGE_MAX or not IMAGE.fullmatch(v):
         raise ValueError(f"{v!r} is not a container image reference: [registry[:port]/]name[:tag][@digest], the"
                          " name in lowercase, e.g. nvcr.io/team/arena:1.0")
     return v
@@ -84,7 +84,7 @@ class OsmoSettings(BaseModel):
     @field_validator("memory", "storage")
     @classmethod
     def quantity(cls, v: str) -> str:
-        if not QUANTITY.match(str(v)):
+        if not QUANTITY.fullmatch(str(v)):
             raise ValueError(f"{v!r} is not a size in binary units, e.g. 64Gi or 512Mi")
         return v
 
@@ -95,7 +95,7 @@ class OsmoSettings(BaseModel):
             return v
         if isinstance(v, int) and not isinstance(v, bool) and v > 0:
             return f"{v}s"
-        if not isinstance(v, str) or not v or not DURATION.match(v):
+        if not isinstance(v, str) or not v or not DURATION.fullmatch(v):
             raise ValueError(f"{v!r} is not a duration, e.g. 12h, 90m or 1d12h")
         if not sum(int(n) * DURATION_S[u] for n, u in re.findall(r"(\d+)([dhms])", v)):
             raise ValueError(f"{v!r} is no time at all: give a positive duration, e.g. 12h, or leave it out")
@@ -109,7 +109,7 @@ class OsmoSettings(BaseModel):
     @field_validator("pool", "platform", "credential")
     @classmethod
     def object_name(cls, v: str | None) -> str | None:
-        if v is not None and not OSMO_OBJECT.match(v):
+        if v is not None and not OSMO_OBJECT.fullmatch(v):
             raise ValueError(f"{v!r} is not an OSMO name: letters, digits, '-', '_' and '.', starting and ending"
                              " with a letter or digit, at most 63 characters")
         return v
@@ -122,7 +122,7 @@ class OsmoSettings(BaseModel):
     @field_validator("workflow_name")
     @classmethod
     def osmo_name(cls, v: str | None) -> str | None:
-        if v is not None and (not OSMO_NAME.match(v) or len(v) > OSMO_NAME_MAX - 12):
+        if v is not None and (not OSMO_NAME.fullmatch(v) or len(v) > OSMO_NAME_MAX - 12):
             raise ValueError(f"{v!r} is not an OSMO name: start with a letter, use letters, digits, '-' and '_',"
                              f" end with a letter or digit, at most {OSMO_NAME_MAX - 12} characters")
         return v
@@ -139,7 +139,7 @@ class OsmoSettings(BaseModel):
 
 
 def quantity_gib(text: str) -> float:
-    m = QUANTITY.match(text)
+    m = QUANTITY.fullmatch(text)
     if not m:
         raise ValueError(text)
     scale = {"Ki": 1 / 1024**2, "Mi": 1 / 1024, "Gi": 1.0, "Ti": 1024.0}[m.group(3)]

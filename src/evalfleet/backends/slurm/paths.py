@@ -90,7 +90,7 @@ class SlurmPaths:
 def check_output_path(out: Path, key: str = "--output") -> Path:
     """The output folder as an absolute path every node can read, one that `#SBATCH` lines carry as is."""
     absolute = out.absolute()
-    if not SAFE_PATH.match(str(absolute)):
+    if not SAFE_PATH.fullmatch(str(absolute)):
         raise UserError(f"{str(absolute)!r}: the Slurm backend needs an output folder whose path has only letters,"
                         " digits and _@+=:,./- (no spaces, quotes or %: sbatch reads #SBATCH lines without a shell)",
                         where="command line", key=key)

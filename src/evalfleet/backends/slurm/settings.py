@@ -23,7 +23,7 @@ SLURM_WORKERS_MAX = 1000  # a job array of more tasks is a typo more often than 
 
 def _directive_value(v: Any, pattern: re.Pattern[str], example: str) -> Any:
     """A value placed in an `#SBATCH` line: sbatch reads it up to whitespace, never through a shell."""
-    if v is not None and (not isinstance(v, str) or not pattern.match(v)):
+    if v is not None and (not isinstance(v, str) or not pattern.fullmatch(v)):
         raise ValueError(f"{v!r} is not valid here, e.g. {example}")
     return v
 
@@ -72,7 +72,8 @@ class SlurmSettings(BaseModel):
     max_requeues: int = Field(default=3, ge=0, description="a task requeued more often exits, saying so")
     signal_lead_s: int = Field(default=120, ge=0, le=65535, description="SIGTERM this long before the time limit"
                                " (--signal=B:TERM@N; 0: none)")
-    server_wait_s: float = Field(default=1800.0, gt=0, description="how long a runner waits for its servers")
+    server_wait_s: float = Field(default=1800.0, gt=0, le=7 * 86400, description="how long a runner waits for its "
+                                 "servers (at most a week)")
     server_cpus: int = Field(default=2, gt=0, description="CPU cores of a policy server's job")
     server_mem: SlurmMemory = Field(default=None, description="memory of a policy server's job, e.g. 32G")
     server_gpus: int | None = Field(default=None, ge=0, description="GPUs of a policy server's job (--gpus)")
