@@ -82,3 +82,26 @@ def test_an_honest_folder_sets_nothing_aside(tmp_path):
     result = collect([str(out)], str(out))
     assert result["runs"]["a"]["set_aside"]["total"] == 0
     assert "set aside" not in Path(write_report(out)).read_text()
+
+
+def test_a_record_without_a_valid_status_is_set_aside_and_no_number_is_written_as_nan(tmp_path):
+    """#52, finding 13: a record whose `status` is a list crashed collect (the report's episode table hashed it);
+    a NaN duration or an infinite timestamp reached experiment_result.json as `NaN`, which JSON does not have."""
+    run_dir = tmp_path / "src" / "a" / "parts"
+    run_dir.mkdir(parents=True)
+    good = rec("a", 0, "success", ts=10)
+    odd = [{**rec("a", 1, "success", ts=11), "status": status} for status in (["success"], {"s": 1}, 3, "won")]
+    nan = {**rec("a", 2, "failure", ts=12), "duration_s": float("nan"), "timestamp": float("inf")}
+    (run_dir / "0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [good, *odd, nan]))
+    collect([str(tmp_path / "src")], str(tmp_path / "out"), report=True)
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{constant} in experiment_result.json")
+
+    result = json.loads((tmp_path / "out" / "experiment_result.json").read_text(), parse_constant=refuse)
+    run = result["runs"]["a"]
+    assert run["counts"]["success"] == 1 and run["counts"]["failure"] == 1
+    assert run["set_aside"]["malformed"] == 4 and run["set_aside"]["total"] == 4
+    assert run["timings"]["total_duration_s"] == 0.1  # the NaN duration is not summed
+    assert (tmp_path / "out" / "index.html").exists()
+    assert sorted(latest_records(tmp_path / "src", "a")) == [0, 2]  # the runner's view: the same rule

@@ -40,7 +40,7 @@ from evalfleet.outputs.run_sources import (MAX_DEPTH, RunSource, files_to_read, 
 from evalfleet.outputs.staging import Staging
 from evalfleet.outputs.storage import Location, check_endpoint, is_url, open_location
 from evalfleet.outputs.stopping_result import add_stopping
-from evalfleet.outputs.summary import build_result, provenance
+from evalfleet.outputs.summary import build_result, finite_json, provenance
 from evalfleet.secrets import mask_url
 from evalfleet.rollout.records import RunRecords, RunScope, SetAside
 from evalfleet.rollout.run_folder import (folder_records, join, merge_statuses, planned_episodes, read_status,
@@ -314,7 +314,8 @@ def _collect(sources: list[str], output: str, *, endpoint_url: str | None, repor
                 _copy_if_changed(loc, rel, dest, rel)
     result["skipped_files"] = skipped_files(locations)  # with what copying the videos and plots found
     result.update(collect_facts(locations, runs, dest, collect_s=watch.seconds()))  # metadata, manifest, timings
-    dest.write_bytes(RESULT_FILE, (json.dumps(result, indent=2, sort_keys=False) + "\n").encode())
+    dest.write_bytes(RESULT_FILE, (json.dumps(finite_json(result), indent=2, sort_keys=False, allow_nan=False)
+                                   + "\n").encode())
     collected = Collected(result, runs, dest, tables=tables)
     if report:
         write_collected_report(collected)

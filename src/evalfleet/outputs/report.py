@@ -89,7 +89,8 @@ def _summary_table(result: dict[str, Any]) -> str:
         if aside.get("total"):
             reason += (f'<div class="note set-aside">{_e(aside["total"])} record(s) set aside, not counted: '
                        f'{_e(aside.get("foreign", 0))} of another Run, {_e(aside.get("out_of_plan", 0))} outside '
-                       f'the plan, {_e(aside.get("stale", 0))} stale duplicate(s)</div>')
+                       f'the plan, {_e(aside.get("stale", 0))} stale duplicate(s), '
+                       f'{_e(aside.get("malformed", 0))} without a valid status</div>')
         t = r.get("timings") or {}
         rows.append(
             f'<tr data-run="{_e(r["run"])}" data-status="{_e(r["status"])}">'

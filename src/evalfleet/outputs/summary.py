@@ -12,6 +12,7 @@ import datetime as _dt
 import functools
 import hashlib
 import importlib.metadata
+import math
 import platform
 import socket
 from typing import Any, Iterable
@@ -92,10 +93,10 @@ def summarise_run(name: str, records: list[dict[str, Any]], status: dict[str, An
         counts[st] += 1
         recorded_episodes.add(record_episode(rec))
         d = rec.get("duration_s")
-        if isinstance(d, (int, float)):
+        if _finite(d):
             durations.append(float(d))
         t = rec.get("timestamp")
-        if isinstance(t, (int, float)):
+        if _finite(t):
             timestamps.append(float(t))
         if rec.get("video"):
             videos += 1
@@ -280,3 +281,20 @@ def policy_ranking(runs: list[dict[str, Any]], records: dict[str, list[dict[str,
         ranking["notes"] = notes + ranking["notes"]
         ranking["note"] = ranking_note(ranking["notes"])
     return ranking
+
+
+def _finite(value: Any) -> bool:
+    """A number a sum can take (a record's NaN or infinity, which JSON readers refuse, is not one)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def finite_json(value: Any) -> Any:
+    """`value` with every NaN and infinity replaced by None: what experiment_result.json holds is JSON that any
+    reader takes (Python writes NaN by default, which JSON does not have)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v) for v in value]
+    return value

@@ -171,13 +171,17 @@ class RunScope:
     planned: int | None = None
 
     def reason_to_reject(self, rec: dict[str, Any]) -> str | None:
-        """None if the record is one of this Run's planned episodes, else "foreign" or "out_of_plan"."""
+        """None if the record is one of this Run's planned episodes, else "foreign", "out_of_plan" or
+        "malformed" (its status is none of success, failure, error: nothing can be counted of it)."""
         run = record_run(rec)
         if run is not None and run != self.run:
             return "foreign"
         ep = record_episode(rec)
         if ep is None or (self.planned is not None and ep >= self.planned):
             return "out_of_plan"
+        status = rec.get("status")
+        if not isinstance(status, str) or status not in STATUSES:
+            return "malformed"
         return None
 
 
@@ -188,11 +192,12 @@ class SetAside:
     foreign: int = 0  # another Run's records
     out_of_plan: int = 0  # an episode that is not one of the Run's planned indices
     stale: int = 0  # a duplicate older than the record kept for its episode, read after it
+    malformed: int = 0  # a record whose status is none of STATUSES (a list, a number, a word of its own)
     sources: dict[str, int] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
-        return self.foreign + self.out_of_plan + self.stale
+        return self.foreign + self.out_of_plan + self.stale + self.malformed
 
     def count(self, kind: str, source: str) -> None:
         setattr(self, kind, getattr(self, kind) + 1)
@@ -203,17 +208,19 @@ class SetAside:
         self.foreign += other.foreign
         self.out_of_plan += other.out_of_plan
         self.stale += other.stale
+        self.malformed += other.malformed
         for src, n in other.sources.items():
             self.sources[src] = self.sources.get(src, 0) + n
 
     def to_json(self) -> dict[str, Any]:
         return {"total": self.total, "foreign": self.foreign, "out_of_plan": self.out_of_plan, "stale": self.stale,
-                "sources": dict(sorted(self.sources.items()))}
+                "malformed": self.malformed, "sources": dict(sorted(self.sources.items()))}
 
     def describe(self) -> str:
         parts = [f"{n} {label}" for n, label in ((self.foreign, "of another Run"),
                                                  (self.out_of_plan, "outside the plan"),
-                                                 (self.stale, "stale duplicates")) if n]
+                                                 (self.stale, "stale duplicates"),
+                                                 (self.malformed, "without a valid status")) if n]
         where = ", ".join(sorted(self.sources))
         return f"{self.total} records set aside ({', '.join(parts)})" + (f" in {where}" if where else "")
 
