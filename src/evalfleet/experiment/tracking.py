@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:/ -]+$")]
 Path = Annotated[str, Field(min_length=1, max_length=4096)]
@@ -46,6 +46,15 @@ class MlflowOptions(SinkOptions):
 
 class TensorboardOptions(SinkOptions):
     logdir: Path | None = None  # default: OUT/tracking/tensorboard; event files under logdir/<run_name>
+
+    @field_validator("run_name")
+    @classmethod
+    def inside_the_logdir(cls, v: str | None) -> str | None:
+        """The run's event files are written to logdir/<run_name>: a name that climbs out of it is refused."""
+        if v is not None and (v.startswith("/") or any(part in ("", ".", "..") for part in v.split("/"))):
+            raise ValueError(f"{v!r} would place the run's files outside the logdir: use a name without empty, "
+                             "'.' or '..' parts, not starting with /")
+        return v
 
 
 class TrackioOptions(SinkOptions):
