@@ -247,3 +247,14 @@ def test_a_set_of_given_seeds_replays_exactly_those_seeds_in_order(tmp_path):
         "rollout_limit": {"num_episodes": 5}}}}))
     plan = make_plan(load_experiment(tmp_path / "exp.yaml"))
     assert [e.seed for e in plan.runs["r"].episodes()] == [7, 8, 9, 10, 11]
+
+
+@pytest.mark.parametrize("where", ["a_file/set.json", "a_file/deeper/set.json"])
+def test_export_to_a_place_that_cannot_be_written_is_one_line(tmp_path, where):
+    """#52, polish: `conditions export` to a place that cannot be written (here below a file: permissions do not
+    bind the root user the suite runs as) gave a traceback."""
+    (tmp_path / "a_file").write_text("not a folder")
+    done = run_evalfleet("conditions", "export", str(source_experiment(tmp_path)), "--output", str(tmp_path / where))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "cannot write it" in done.stderr and "--output" in done.stderr
+    assert (tmp_path / "a_file").read_text() == "not a folder"

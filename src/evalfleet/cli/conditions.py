@@ -32,7 +32,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     output = _output(args.output, args.force)
     loaded = load_experiment(experiment_path(args), args.overrides)
     doc = export_conditions(loaded, args.run)
-    atomic_write_bytes(output, (json.dumps(doc, indent=1, allow_nan=False) + "\n").encode())
+    try:
+        atomic_write_bytes(output, (json.dumps(doc, indent=1, allow_nan=False) + "\n").encode())
+    except OSError as exc:  # a folder that does not exist or cannot be written: the user's to fix
+        raise UserError(f"cannot write it ({exc.strerror or exc}); give a file in a folder you can write",
+                        where=str(output), key="--output") from None
     n = sum(len(t["conditions"]) for t in doc["tasks"].values())
     print(f"wrote {n} conditions of {len(doc['tasks'])} task(s) to {output} (sha256 {doc['sha256'][:12]})")
     return 0
