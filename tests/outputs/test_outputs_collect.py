@@ -40,11 +40,12 @@ def test_merge_keeps_latest_record_per_episode_sorted():
     first = [({"episode": 2, "timestamp": 5.0, "v": "old"}, "a"), ({"episode": 0, "timestamp": 1.0}, "b")]
     second = [({"episode": 2, "timestamp": 9.0, "v": "new"}, "c"), ({"episode": 1, "timestamp": 2.0}, "d"),
               ({"episode": 0, "timestamp": 1.0, "v": "same time, later line"}, "e")]
+
     def merge(*chunks):
         merged = RunRecords(RunScope("r"))
         for chunk in chunks:
             for rec, line in chunk:
-                merged.add(rec, line)
+                merged.add({**rec, "status": "success"}, line)  # a record without a valid status never counts
         return merged
 
     merged = merge(first, second)
