@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def cmd_submit(args: argparse.Namespace) -> int:
     from evalfleet.backend_registry import spec_of
     from evalfleet.cli.run import ray_address_setting
-    from evalfleet.execution.backends import check_capabilities, get_backend
+    from evalfleet.execution.backends import check_capabilities, either, get_backend
 
     if args.resume and not (args.experiment or args.experiment_cfg) and args.output_dir:
         from pathlib import Path
@@ -65,7 +65,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         from evalfleet.errors import UserError
 
         if not spec_of(args.backend).resubmits or not args.output_dir:
-            able = ", ".join(n for n in BACKENDS.names() if spec_of(n).resubmits)
+            able = either(n for n in BACKENDS.names() if spec_of(n).resubmits)
             raise UserError(f"--resume needs --backend {able} and --output-dir OUT (the folder to continue)",
                             where="command line", key="--resume")
         return backend.submit(loaded, dry_run=args.dry_run, output_dir=args.output_dir, stream=sys.stdout,
