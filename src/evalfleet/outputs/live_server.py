@@ -2,13 +2,20 @@
 
 `/` is the live page (`live_page`) until the run is collected, then the folder's own index.html, byte for byte;
 `/events` pushes the page's JSON as server-sent events whenever it changes (a comment every few seconds keeps
-the connection open); any other path is a file of the folder (videos, plots), only below it: a path with `..`,
-a hidden part (`.evalfleet/`) or, locally, a link leading out of the folder is refused (`Location.open_local`).
+the connection open). Any other path is served only if it is one of the report's own files (`may_serve`): an
+image under `plots/`, an episode table `report_episodes/<N>.js`, or a video inside a Run's folder. Nothing else
+of the folder (experiment.yaml, metadata, records, logs, tracking databases) is ever sent. A local file is
+opened from a descriptor of the folder without following links (`analysis.local_files.open_regular`), so a
+file swapped for a link after the check is refused, and it is streamed in chunks, never read whole.
 
 It binds to loopback unless told otherwise; any other host needs a token, checked on every request including
 /events: `?token=T` (the page passes it on) or the cookie set when the token was given, compared in constant
 time. Bound to loopback it answers only requests addressed to a loopback name (`Host: 127.0.0.1:PORT`,
 `localhost`, `[::1]`): a web page whose own name was rebound to 127.0.0.1 (DNS rebinding) gets nothing.
+
+Bounds: a connection that sends nothing for REQUEST_TIMEOUT_S is closed (a half-sent request, an idle keep-alive,
+a reader that stopped reading); at most MAX_CONNECTIONS are served at once (more are closed at once) and at most
+MAX_EVENT_STREAMS of them are /events streams (more get 503 with Retry-After; the page then polls again).
 One thread (`LiveReport.follow`) refreshes the follower; request threads only read its latest view.
 """
 
@@ -19,17 +26,20 @@ import ipaddress
 import json
 import logging
 import mimetypes
+import os
 import re
 import secrets
+import shutil
+import socket
 import threading
 from http import HTTPStatus
 from http.cookies import SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from evalfleet.errors import UserError
-from evalfleet.layout import REPORT_FILE
+from evalfleet.layout import PLOTS_DIR, REPORT_DATA_DIR, REPORT_FILE
 from evalfleet.outputs.live_follow import FolderFollower
 from evalfleet.outputs.live_page import live_page, live_view
 from evalfleet.outputs.storage import Location
@@ -42,6 +52,12 @@ LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 REFRESH_S = 0.5  # how often the folder is looked at
 KEEPALIVE_S = 10.0  # an SSE comment at least this often
+REQUEST_TIMEOUT_S = 15.0  # a socket that neither sends nor takes anything this long is closed
+MAX_CONNECTIONS = 1000  # connections served at once; more are closed as they come
+MAX_EVENT_STREAMS = 100  # /events streams at once; more get 503 and the page's EventSource retries
+CHUNK = 256 * 1024  # a file is sent in pieces of this size
+SERVED_IMAGES = (".png", ".svg", ".jpg", ".jpeg")  # what collect draws into plots/
+SERVED_VIDEOS = (".mp4", ".webm")  # the Runs' videos (evalfleet's and Arena's)
 
 
 def is_loopback(host: str) -> bool:
@@ -74,6 +90,21 @@ def check_token(host: str, token: str | None, *, key: str = "--token") -> str | 
     if token is None and not is_loopback(host):
         return secrets.token_urlsafe(24)
     return token
+
+
+def may_serve(rel: str, runs: set[str]) -> bool:
+    """The one rule for what the server sends besides its pages: the report's own files and nothing else: an
+    image under plots/, an episode table report_episodes/<N>.js, a video inside the folder of one of `runs`.
+    Never a hidden part, `..`, an empty part or a backslash."""
+    names = rel.split("/")
+    if any(n in ("", ".", "..") or n.startswith(".") or "\\" in n for n in names) or len(names) < 2:
+        return False
+    lower = names[-1].lower()
+    if names[0] == PLOTS_DIR:
+        return lower.endswith(SERVED_IMAGES)
+    if names[0] == REPORT_DATA_DIR:
+        return len(names) == 2 and lower.endswith(".js")
+    return names[0] in runs and lower.endswith(SERVED_VIDEOS)
 
 
 class LiveReport:
@@ -115,11 +146,34 @@ class LiveReport:
 
 class LiveServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128
 
-    def __init__(self, report: LiveReport, host: str, port: int, token: str | None):
+    def __init__(self, report: LiveReport, host: str, port: int, token: str | None, *,
+                 max_connections: int = MAX_CONNECTIONS, max_streams: int = MAX_EVENT_STREAMS,
+                 request_timeout_s: float = REQUEST_TIMEOUT_S):
         self.report = report
         self.token = token
+        self.request_timeout_s = request_timeout_s
+        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.connections = threading.BoundedSemaphore(max_connections)
+        self.streams = threading.BoundedSemaphore(max_streams)
         super().__init__((host, port), LiveHandler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.connections.acquire(blocking=False):
+            self.shutdown_request(request)  # past the bound: closed at once, no thread started
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.connections.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.connections.release()
 
     @property
     def url(self) -> str:
@@ -142,6 +196,10 @@ class LiveServer(ThreadingHTTPServer):
 class LiveHandler(BaseHTTPRequestHandler):
     server: LiveServer
     protocol_version = "HTTP/1.1"
+
+    def setup(self) -> None:
+        self.timeout = self.server.request_timeout_s  # the socket's: reading a request line or header, every send
+        super().setup()
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("live report: " + format, *args)
@@ -193,17 +251,22 @@ class LiveHandler(BaseHTTPRequestHandler):
 
     def _index(self, cookie: str | None) -> None:
         report = self.server.report
-        if report.view["finished"]:
-            try:
-                body = report.location.read_bytes(REPORT_FILE)
-            except (UserError, OSError):
-                body = None
-            if body is not None:
-                return self._send(HTTPStatus.OK, body, "text/html; charset=utf-8", cookie)
+        if report.view["finished"] and self._stream(REPORT_FILE, "text/html; charset=utf-8", cookie):
+            return
         page = live_page(report.title, report.view)
         self._send(HTTPStatus.OK, page.encode("utf-8"), "text/html; charset=utf-8", cookie)
 
     def _events(self) -> None:
+        if not self.server.streams.acquire(blocking=False):
+            self.close_connection = True
+            return self._send(HTTPStatus.SERVICE_UNAVAILABLE, b"too many live pages open; retrying\n",
+                              extra={"Retry-After": "10", "Connection": "close"})
+        try:
+            self._stream_events()
+        finally:
+            self.server.streams.release()
+
+    def _stream_events(self) -> None:
         self.send_response(HTTPStatus.OK)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-store")
@@ -221,31 +284,54 @@ class LiveHandler(BaseHTTPRequestHandler):
                     version = view["version"]
                     self.wfile.write(b"data: " + json.dumps(view).encode() + b"\n\n")
                 self.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError):
-            return  # the page went away
+        except OSError:  # the page went away, or stopped reading for REQUEST_TIMEOUT_S
+            return
 
     def _static(self, rel: str, cookie: str | None) -> None:
-        names = rel.split("/")
-        if not rel or any(n in ("", ".", "..") or n.startswith(".") or "\\" in n for n in names):
-            return self._send(HTTPStatus.NOT_FOUND, b"not found\n")
-        loc = self.server.report.location
-        try:
-            if not loc.is_file(rel):
-                return self._send(HTTPStatus.NOT_FOUND, b"not found\n")
-            body = loc.read_bytes(rel)
-        except (UserError, OSError, ValueError):
-            return self._send(HTTPStatus.NOT_FOUND, b"not found\n")
+        runs = {str(r.get("run")) for r in self.server.report.view.get("runs", [])}
         kind = mimetypes.guess_type(rel)[0] or "application/octet-stream"
-        self._send(HTTPStatus.OK, body, kind, cookie)
+        if not may_serve(rel, runs) or not self._stream(rel, kind, cookie):
+            self._send(HTTPStatus.NOT_FOUND, b"not found\n")
+
+    def _open(self, rel: str) -> tuple[BinaryIO, int]:
+        loc = self.server.report.location
+        if loc.is_local:
+            f = loc.open_local(rel)
+            return f, os.fstat(f.fileno()).st_size
+        path = loc.join(rel)
+        if not loc.fs.isfile(path):
+            raise FileNotFoundError(rel)
+        f = loc.fs.open(path, "rb")
+        return f, int(f.size)
+
+    def _stream(self, rel: str, kind: str, cookie: str | None) -> bool:
+        """Send `rel` in chunks; False (nothing sent) when it cannot be opened."""
+        try:
+            f, size = self._open(rel)
+        except (UserError, OSError, ValueError):
+            return False
+        with f:
+            self._head(HTTPStatus.OK, kind, size, cookie)
+            try:
+                shutil.copyfileobj(f, self.wfile, CHUNK)
+            except OSError:  # the reader went away or stopped reading: this connection ends
+                self.close_connection = True
+        return True
 
     def _send(self, status: HTTPStatus, body: bytes, kind: str = "text/plain; charset=utf-8",
-              cookie: str | None = None) -> None:
+              cookie: str | None = None, extra: dict[str, str] | None = None) -> None:
+        self._head(status, kind, len(body), cookie, extra)
+        self.wfile.write(body)
+
+    def _head(self, status: HTTPStatus, kind: str, length: int, cookie: str | None = None,
+              extra: dict[str, str] | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", str(length))
         self.send_header("Cache-Control", "no-store")
         self.send_header("X-Content-Type-Options", "nosniff")
+        for name, value in (extra or {}).items():
+            self.send_header(name, value)
         if cookie:
             self.send_header("Set-Cookie", cookie)
         self.end_headers()
-        self.wfile.write(body)
