@@ -19,8 +19,8 @@ from typing import Any, Iterator
 MASK = "***"
 EXTRACTED_KEYS = ("api_key",)  # clients of these read `<key>_env` (serving.client_options)
 SECRET_NAME = re.compile(r"(^|_)(api_?key|token|password|passwd|secret|credentials?)($|_)", re.IGNORECASE)
-# A URL as it stands in text: the scheme, then everything up to whitespace, a quote or a bracket.
-URL_IN_TEXT = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<rest>[^\s'\"<>`(){}\[\]]*)")
+# Where a URL starts in text: its scheme (`s3://`, `https://`, `postgresql+psycopg2://`).
+URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 ENV_PREFIX = "EVALFLEET_SECRET_"
 
 
@@ -57,41 +57,37 @@ def extract(node: Any, path: str = "") -> tuple[Any, dict[str, str]]:
     return node, found
 
 
-def split_userinfo(rest: str) -> tuple[str | None, str]:
-    """A URL's text after `scheme://` → (its credentials or None, the rest from the host on).
+def credentials_span(text: str) -> tuple[int, int] | None:
+    """Where the credentials of a URL in `text` lie, as (start, end) of what `***` replaces, or None.
 
-    The one rule for credentials in URLs: they end at the LAST `@` of the URL (an S3 secret key may hold `/`,
-    `+` and `@`), and what precedes that `@` counts as credentials when it holds a `:` (user:password) or no
-    `/` (user@host). So `s3://bucket/v@2` keeps its path, and a password is never cut short; a `host:port/a@b`
-    path is masked too, which is the safe side to err on."""
-    at = rest.rfind("@")
-    if at < 0:
-        return None, rest
-    info = rest[:at]
-    if ":" in info or "/" not in info:
-        return info, rest[at + 1:]
-    return None, rest
-
-
-def mask_url(text: str) -> str:
-    """Every URL in `text` with its credentials masked: scheme://user:secret@host/... → scheme://***@host/...
-    Used for every printed line, error message, log and written file that may hold a URL."""
-    def masked(match: re.Match[str]) -> str:
-        info, rest = split_userinfo(match.group("rest"))
-        return match.group(0) if info is None else f"{match.group('scheme')}{MASK}@{rest}"
-
-    return URL_IN_TEXT.sub(masked, text)
+    The one rule, by URL structure and never by character class (a password may hold any printable character:
+    quotes, brackets, spaces, `@`, `/`, `:`, even `x://`): credentials start after the FIRST `scheme://` of the
+    text and end at its LAST `@` after that. What lies between counts as credentials when it holds a `:`
+    (user:password) or no `/` (user@host); so `s3://bucket/run@2` keeps its path. Where that is ambiguous it
+    masks too much, never too little: a line with two URLs, or a URL and a later `@` (an e-mail, a path's `@`),
+    loses what lies between them, hosts included."""
+    at = text.rfind("@")
+    scheme = URL_SCHEME.search(text, 0, at if at >= 0 else 0)
+    if scheme is None:
+        return None
+    info = text[scheme.end():at]
+    return (scheme.end(), at) if ":" in info or "/" not in info else None
 
 
-def strip_url_credentials(url: str) -> tuple[str, bool]:
-    """`url` without the credentials it carries, and whether it carried any (s3://KEY:SECRET@b/p → s3://b/p)."""
-    match = URL_IN_TEXT.match(url)
-    if match is None:
-        return url, False
-    info, rest = split_userinfo(match.group("rest"))
-    if info is None:
-        return url, False
-    return match.group("scheme") + rest + url[match.end():], True
+def carries_credentials(value: str) -> bool:
+    """Whether the URL `value` (the whole value, line breaks and all) carries credentials (credentials_span)."""
+    return credentials_span(value) is not None
+
+
+def mask_url(text: str, *, per_line: bool = True) -> str:
+    """`text` with its URLs' credentials masked: scheme://user:secret@host/... → scheme://***@host/...
+    Used for every printed line, error message, log and written file that may hold a URL. Free text is
+    masked line by line (a credential never holds a line break: a log keeps its other lines readable);
+    `per_line=False` masks a value (one setting, one document string) as one piece."""
+    if per_line and "\n" in text:
+        return "\n".join(mask_url(line, per_line=False) for line in text.split("\n"))
+    span = credentials_span(text)
+    return text if span is None else text[:span[0]] + MASK + text[span[1]:]
 
 
 def mask_value(key: str, value: Any) -> Any:
@@ -99,7 +95,7 @@ def mask_value(key: str, value: Any) -> Any:
     if looks_secret(key.rsplit(".", 1)[-1]) and value not in (None, ""):
         return MASK
     if isinstance(value, str):
-        return mask_url(value)
+        return mask_url(value, per_line=False)
     return value
 
 

@@ -22,7 +22,7 @@ from evalfleet.errors import UserError
 from evalfleet.backends.osmo.workflow import render_workflows
 from evalfleet.experiment.loading import load_experiment
 from evalfleet.experiment.overrides import format_value
-from evalfleet.secrets import strip_url_credentials
+from evalfleet.secrets import credentials_span
 
 GROOT = Path(__file__).resolve().parents[1] / "data" / "arena" / "droid_pnp_gr00t_experiment.yaml"
 ARENA_RUN = "droid_pnp_gr00t"
@@ -127,7 +127,8 @@ def _check_metaworld(root: Path, task: str, policy: str, note: str, output_url: 
     assert json.loads(serve[serve.index("--options-json") + 1])["note"] == note
     assert serve[serve.index("--task") + 1] == task
     [collect] = [c for c in calls if c[:2] == ["evalfleet", "collect"]]
-    assert collect[collect.index("--output") + 1] == strip_url_credentials(output_url)[0].replace(
+    start, end = credentials_span(output_url)
+    assert collect[collect.index("--output") + 1] == (output_url[:start] + output_url[end + 1:]).replace(
         "{{workflow_id}}", "wf-1")
 
 

@@ -255,7 +255,7 @@ def collect_runs(sources: list[str], output: str, *, endpoint_url: str | None = 
         raise UserError("give at least one source folder or URL", where="command line")
     if endpoint_url:
         check_endpoint(endpoint_url, where="command line", key="--s3-endpoint")
-    urls = mask_url(", ".join(t for t in [*sources, output] if is_url(t)) or output)
+    urls = ", ".join(mask_url(t) for t in [*sources, output] if is_url(t)) or mask_url(output)
     try:
         return _collect(sources, output, endpoint_url=endpoint_url, report=report, tables=tables or report)
     except PermissionError as exc:

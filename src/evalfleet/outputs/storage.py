@@ -27,7 +27,7 @@ from typing import Any, BinaryIO, Iterator
 
 from evalfleet.analysis.local_files import LINK_OUT, RefusedFile, inside, kind_inside, open_regular
 from evalfleet.errors import UserError
-from evalfleet.secrets import mask_url, strip_url_credentials
+from evalfleet.secrets import carries_credentials, mask_url
 
 log = logging.getLogger("evalfleet.outputs")
 
@@ -66,7 +66,7 @@ def check_endpoint(value: str, *, where: str, key: str) -> str:
         problem = "no host"
     elif port == 0:
         problem = "port 0"
-    elif strip_url_credentials(value)[1]:
+    elif carries_credentials(value):
         problem = "it carries credentials; put them in AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY"
     if problem:
         raise UserError(f"expected an http(s)://host[:port] URL, got {mask_url(value)!r} ({problem})",
@@ -327,7 +327,7 @@ def open_location(target: str, *, endpoint_url: str | None = None, role: str = "
         local = target[len("file://"):] if target.startswith("file://") else target
         return Location(url=target, root=str(Path(local).expanduser()))
     where = mask_url(target)
-    if strip_url_credentials(target)[1]:
+    if carries_credentials(target):
         raise UserError(f"this {role} URL carries credentials; give the URL without them and put them in the "
                         "environment (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY for s3://)", where=where)
     protocol = target.split("://", 1)[0].lower()

@@ -65,9 +65,9 @@ class RemoteClientOptions(BaseModel):
     @classmethod
     def _no_credentials_in_host(cls, host: str) -> str:
         # A password in the host would be written into experiment.yaml and every log line that names the server.
-        from evalfleet.secrets import strip_url_credentials
+        from evalfleet.secrets import carries_credentials
 
-        if strip_url_credentials(host)[1]:
+        if carries_credentials(host):
             raise ValueError("credentials in the host's URL are not accepted; give the host alone and the key as "
                              "api_key_env: VARIABLE (the environment variable that holds it)")
         return host

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from evalfleet.backends.osmo.settings import OsmoSettings
-from evalfleet.secrets import looks_secret, strip_url_credentials
+from evalfleet.secrets import credentials_span, looks_secret
 
 
 def secrets_as_variables(node: Any, path: str) -> Any:
@@ -54,8 +54,8 @@ def output_credentials(settings: OsmoSettings) -> tuple[str | None, dict[str, An
     """`osmo.output_url` without the credentials it may carry (s3://KEY:SECRET@bucket/...), and the collect
     task's `credentials` that hand the bucket keys over instead (from `osmo.credential`)."""
     url = settings.output_url
-    bare, had_credentials = strip_url_credentials(url) if url else (url, False)
-    if not had_credentials:
+    span = credentials_span(url) if url else None
+    if url is None or span is None:
         return url, {}
-    return bare, {"credentials": {settings.credential: {"AWS_ACCESS_KEY_ID": "AWS_ACCESS_KEY_ID",
-                                                        "AWS_SECRET_ACCESS_KEY": "AWS_SECRET_ACCESS_KEY"}}}
+    keys = {"AWS_ACCESS_KEY_ID": "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY": "AWS_SECRET_ACCESS_KEY"}
+    return url[:span[0]] + url[span[1] + 1:], {"credentials": {settings.credential: keys}}

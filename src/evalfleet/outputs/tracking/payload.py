@@ -108,8 +108,13 @@ def newest_videos(out: Path, run: str) -> list[Path]:
 
 
 def masked(document: Any) -> Any:
-    """`document` with every URL's credentials masked (a tracker's URI may carry user:password)."""
-    return json.loads(mask_url(json.dumps(document)))
+    """`document` with every URL's credentials masked, string by string (masking the JSON text instead could
+    join two strings into one masked span and break the document)."""
+    if isinstance(document, dict):
+        return {masked(key): masked(value) for key, value in document.items()}
+    if isinstance(document, list):
+        return [masked(value) for value in document]
+    return mask_url(document, per_line=False) if isinstance(document, str) else document
 
 
 def build_point(loaded: LoadedExperiment, out: Path, result: ExperimentResult, step: int | None) -> Point:
@@ -130,5 +135,5 @@ def build_point(loaded: LoadedExperiment, out: Path, result: ExperimentResult, s
                      "step": step})
     files = {"experiment.json": json.dumps(config["experiment"], indent=1),
              "provenance.json": json.dumps(provenance and config["provenance"], indent=1),
-             "experiment_result.json": mask_url(json.dumps(raw, indent=1))}
+             "experiment_result.json": json.dumps(masked(raw), indent=1)}
     return Point(step=step if step is not None else 0, metrics=metrics, config=config, videos=videos, files=files)
