@@ -146,3 +146,17 @@ def test_validation_errors_never_echo_a_secret_value(tmp_path):
     # given as an override, the same
     proc = evalfleet("plan", str(exp), "runs.r.policy.api_key=[55555]", cwd=tmp_path)
     assert proc.returncode == 2 and "55555" not in proc.stderr, proc.stderr
+
+
+def test_an_override_error_never_quotes_a_secret_value(tmp_path):
+    """An override that fails (a bad value, a Run that does not exist) is quoted in the message: a secret key's
+    value as ***, a URL without its credentials. (The file itself is valid, so the override is what is blamed.)"""
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(yaml.safe_dump(EXPERIMENT))
+    cases = {"runs.push_served.policy.api_key=[55555]": "runs.push_served.policy.api_key=***",
+             "runs.nope.policy.api_key=55555": "runs.nope.policy.api_key=***",
+             "runs.push_served.policy.host=ws://user:55555@example.org": "runs.push_served.policy.host=ws://***@"}
+    for override, shown in cases.items():
+        proc = evalfleet("plan", str(exp), override, cwd=tmp_path)
+        assert proc.returncode == 2 and "55555" not in proc.stderr, proc.stderr
+        assert shown in proc.stderr, proc.stderr

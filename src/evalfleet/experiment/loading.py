@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from evalfleet.errors import UserError
 from evalfleet.experiment.overrides import WHERE as COMMAND_LINE
-from evalfleet.experiment.overrides import Override, parse_override, set_path
+from evalfleet.experiment.overrides import Override, parse_override, set_path, shown_override
 from evalfleet.experiment.merge import runs_with_shared
 from evalfleet.experiment.safe_yaml import parse_yaml, read_text_bounded
 from evalfleet.experiment.schema import MAX_NAME, RUN_NAME, Experiment, Run, VariationSpec
@@ -382,25 +382,26 @@ def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] |
 def _apply_overrides(base: dict[str, Any], overrides: list[Override]) -> dict[str, Any]:
     doc = copy.deepcopy(base)
     for o in overrides:
+        shown = shown_override(o.text)
         if o.path[0] == "runs":
             name = o.path[1]
             if name not in doc["runs"]:
                 close = difflib.get_close_matches(name, list(doc["runs"]), n=3, cutoff=0.4)
                 hint = f"did you mean {', '.join(close)}?" if close else f"Runs: {', '.join(doc['runs'])}"
                 raise UserError(
-                    f"override {o.text!r}: there is no Run named {name!r} (overrides cannot add Runs); {hint}",
+                    f"override {shown!r}: there is no Run named {name!r} (overrides cannot add Runs); {hint}",
                     where=COMMAND_LINE,
                 )
         if o.path[0] == "shared" and len(o.path) == 1:
             raise UserError(
-                f"override {o.text!r}: name a key inside shared, e.g. shared.rollout_limit.num_episodes=4",
+                f"override {shown!r}: name a key inside shared, e.g. shared.rollout_limit.num_episodes=4",
                 where=COMMAND_LINE,
             )
         try:
             set_path(doc, o.path, o.value)
         except KeyError as exc:
             raise UserError(
-                f"override {o.text!r}: {exc.args[0]} is a value, not a map; set it directly", where=COMMAND_LINE
+                f"override {shown!r}: {exc.args[0]} is a value, not a map; set it directly", where=COMMAND_LINE
             ) from None
         if o.path[0] in ("runs", "shared"):
             # Re-flatten in case the override wrote a nested asset.variation path.
@@ -421,9 +422,8 @@ def _blame_override(exc: UserError, overrides: list[Override], base: dict[str, A
     known = not exc.message.startswith("unknown key") or culprit.key in leaves
     close = [] if known else difflib.get_close_matches(culprit.key, leaves, n=3, cutoff=0.6)
     hint = f"; nearest valid keys: {', '.join(close)}" if close else ""
-    return UserError(
-        f"override {culprit.text!r}: {exc.key + ': ' if exc.key else ''}{exc.message}{hint}", where=COMMAND_LINE
-    )
+    shown = shown_override(culprit.text)
+    return UserError(f"override {shown!r}: {exc.key + ': ' if exc.key else ''}{exc.message}{hint}", where=COMMAND_LINE)
 
 
 def _same_run_key(o: Override, key: str) -> bool:

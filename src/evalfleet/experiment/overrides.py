@@ -41,30 +41,42 @@ class Override:
         return self.path[0] not in EXPERIMENT_ROOTS  # parse_override admits only the two kinds of root
 
 
+def shown_override(text: str) -> str:
+    """An override as an error message quotes it: a secret key's value as *** (`runs.r.policy.api_key=***`),
+    a URL without its credentials (secrets.mask_url). Never the value as typed: it may be the secret."""
+    from evalfleet.secrets import MASK, looks_secret, mask_url
+
+    key, sep, _ = text.partition("=")
+    if sep and looks_secret(key.strip().rsplit(".", 1)[-1]):
+        return f"{key}={MASK}"
+    return mask_url(text, per_line=False)
+
+
 def parse_override(text: str) -> Override:
+    shown = shown_override(text)
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep or not key:
         raise UserError(
-            f"override {text!r} is not KEY=VALUE (e.g. runs.NAME.rollout_limit.num_episodes=4)", where=WHERE
+            f"override {shown!r} is not KEY=VALUE (e.g. runs.NAME.rollout_limit.num_episodes=4)", where=WHERE
         )
     for prefix in PREFIX_ALIASES:
         if key.startswith(prefix):
             key = key[len(prefix):]
     path = tuple(key.split("."))
     if len(path) > MAX_DEPTH:
-        raise UserError(f"override {text[:80]!r}...: more than {MAX_DEPTH} key segments", where=WHERE)
+        raise UserError(f"override {shown[:80]!r}...: more than {MAX_DEPTH} key segments", where=WHERE)
     if any(not part for part in path):
-        raise UserError(f"override {text!r} has an empty key segment", where=WHERE)
+        raise UserError(f"override {shown!r} has an empty key segment", where=WHERE)
     backends = backend_roots()
     if path[0] not in (*EXPERIMENT_ROOTS, *backends):
         roots = ", ".join(f"{r}." for r in (*EXPERIMENT_ROOTS[:3], *backends)) + ", seed, name"
-        raise UserError(f"override {text!r}: unknown key {path[0]!r}; keys start with {roots}", where=WHERE)
+        raise UserError(f"override {shown!r}: unknown key {path[0]!r}; keys start with {roots}", where=WHERE)
     if path[0] in ("seed", "name", "server_sharing") and len(path) != 1:
-        raise UserError(f"override {text!r}: {path[0]} has no sub-keys", where=WHERE)
+        raise UserError(f"override {shown!r}: {path[0]} has no sub-keys", where=WHERE)
     if path[0] in ("runs",) and len(path) < 3:
         raise UserError(
-            f"override {text!r}: name a key inside a Run, e.g. runs.NAME.rollout_limit.num_episodes=4", where=WHERE
+            f"override {shown!r}: name a key inside a Run, e.g. runs.NAME.rollout_limit.num_episodes=4", where=WHERE
         )
     try:
         # The same bounded loader as the file: no alias bombs, no deep nesting, finite numbers only.
@@ -72,7 +84,7 @@ def parse_override(text: str) -> Override:
     except UserError as exc:
         detail = exc.message.replace("not valid YAML", "value is not valid YAML", 1)
         where_in_value = f" (at {exc.key})" if exc.key else ""
-        raise UserError(f"override {text!r}: {detail}{where_in_value}", where=WHERE) from None
+        raise UserError(f"override {shown!r}: {detail}{where_in_value}", where=WHERE) from None
     return Override(text, path, value)
 
 
