@@ -155,7 +155,8 @@ def test_an_override_error_never_quotes_a_secret_value(tmp_path):
     exp.write_text(yaml.safe_dump(EXPERIMENT))
     cases = {"runs.push_served.policy.api_key=[55555]": "runs.push_served.policy.api_key=***",
              "runs.nope.policy.api_key=55555": "runs.nope.policy.api_key=***",
-             "runs.push_served.policy.host=ws://user:55555@example.org": "runs.push_served.policy.host=ws://***@"}
+             "runs.push_served.policy.host=ws://user:55555@example.org": "runs.push_served.policy.host=ws://***@",
+             "tracking.mlflow.tracking_uri=https://user:55555@mlflow.example": "https://***@mlflow.example"}
     for override, shown in cases.items():
         proc = evalfleet("plan", str(exp), override, cwd=tmp_path)
         assert proc.returncode == 2 and "55555" not in proc.stderr, proc.stderr

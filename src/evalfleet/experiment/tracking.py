@@ -7,6 +7,9 @@
       trackio: {project: evalfleet}
 
 Each sink is optional; what each logs and how an unreachable tracker is handled is outputs/tracking.
+A URI or folder here never carries credentials (`https://user:password@host`): it is written into
+OUT/experiment.yaml, the tracked config and every workflow, so it is refused; the trackers read them from
+their own environment variables (MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD, AWS_ACCESS_KEY_ID / ...).
 `evalfleet run --track SINK[:TARGET]` writes the same keys (`tracking_flag_overrides`).
 """
 
@@ -19,6 +22,18 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:/ -]+$")]
 Path = Annotated[str, Field(min_length=1, max_length=4096)]
 DEFAULT_TIMEOUT_S = 120.0  # a new sqlite store migrates its tables first: ~8 s idle, much more on a busy machine
+STORE_KEYS = "put the store's keys in the environment (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY for s3://)"
+
+
+def no_credentials(value: str | None, fix: str) -> str | None:
+    """`value` unless it is a URL carrying credentials (secrets.carries_credentials): refused, with `fix`.
+    Refused rather than moved into a variable: each tracker already reads its credentials from the environment."""
+    from evalfleet.secrets import carries_credentials
+
+    if value is not None and carries_credentials(value):
+        raise ValueError("credentials in the URL are not accepted (it is written into OUT/experiment.yaml and "
+                         f"every workflow): give it without them and {fix}")
+    return value
 
 
 class SinkOptions(BaseModel):
@@ -43,9 +58,26 @@ class MlflowOptions(SinkOptions):
     experiment: Name = "evalfleet"
     artifact_location: Path | None = None  # a new experiment's; default: OUT/tracking/mlflow-artifacts
 
+    @field_validator("tracking_uri")
+    @classmethod
+    def tracking_uri_without_credentials(cls, v: str | None) -> str | None:
+        return no_credentials(v, "set MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN),"
+                                 " which MLflow reads, or for a database store its driver's variable (PGPASSWORD "
+                                 "for postgresql://)")
+
+    @field_validator("artifact_location")
+    @classmethod
+    def artifact_location_without_credentials(cls, v: str | None) -> str | None:
+        return no_credentials(v, STORE_KEYS)
+
 
 class TensorboardOptions(SinkOptions):
     logdir: Path | None = None  # default: OUT/tracking/tensorboard; event files under logdir/<run_name>
+
+    @field_validator("logdir")
+    @classmethod
+    def logdir_without_credentials(cls, v: str | None) -> str | None:
+        return no_credentials(v, STORE_KEYS)
 
     @field_validator("run_name")
     @classmethod
