@@ -50,24 +50,27 @@ def test_arena_runner_python_starting_with_dollar_is_a_word_never_expanded(pytho
 SECRET = "wJalr/XUtn+FEMI@K7MDENG"
 
 
-def test_output_url_secret_with_slash_and_at_is_in_no_rendered_file_and_no_printed_line(tmp_path: Path,
-                                                                                      capsys) -> None:
-    url = f"s3://AKIAEXAMPLE:{SECRET}@my-bucket/evals/{{{{workflow_id}}}}"
+@pytest.mark.parametrize("secret", [SECRET, "wJalr (XUtn) 'FEMI' [K7MDENG]"])
+def test_output_url_with_credentials_is_refused_and_never_printed(tmp_path: Path, capsys, secret: str) -> None:
+    """#52 polish: credentials in osmo.output_url were stripped (silently dropped); now refused, exit 2, the
+    key named, nothing rendered, no part of the key printed."""
+    url = f"s3://AKIAEXAMPLE:{secret}@my-bucket/evals/{{{{workflow_id}}}}"
     rendered = tmp_path / "rendered"
     assert main(["submit", str(QUICKSTART), "--backend", "osmo", "--dry-run", "--output-dir", str(rendered),
-                 f"osmo.output_url={url}", "osmo.gpus=0"]) == 0
+                 f"osmo.output_url={url}", "osmo.gpus=0"]) == 2
     printed = capsys.readouterr()
-    files = {p.name: p.read_text() for p in rendered.iterdir()}
-    assert files
-    for text in [printed.out, printed.err, *files.values()]:
-        for part in (SECRET, "wJalr", "K7MDENG", "AKIAEXAMPLE"):
-            assert part not in text
-    [spec] = [yaml.safe_load(t) for t in files.values()]
-    collect = task_scripts(spec)["collect"]["collect.sh"]
-    assert "--output 's3://my-bucket/evals/{{workflow_id}}'" in collect
-    task = spec["workflow"]["groups"][-1]["tasks"][0]
-    assert task["credentials"] == {"evalfleet-secrets": {"AWS_ACCESS_KEY_ID": "AWS_ACCESS_KEY_ID",
-                                                         "AWS_SECRET_ACCESS_KEY": "AWS_SECRET_ACCESS_KEY"}}
+    assert "osmo.output_url" in printed.err and "credentials in the URL are not accepted" in printed.err
+    for part in ("wJalr", "XUtn", "FEMI", "K7MDENG", "AKIAEXAMPLE"):
+        assert part not in printed.out + printed.err
+    assert not rendered.exists()
+
+
+def test_output_url_without_credentials_reaches_the_collect_line(tmp_path: Path) -> None:
+    rendered = tmp_path / "rendered"
+    assert main(["submit", str(QUICKSTART), "--backend", "osmo", "--dry-run", "--output-dir", str(rendered),
+                 "osmo.output_url=s3://my-bucket/evals/{{workflow_id}}", "osmo.gpus=0"]) == 0
+    [spec] = [yaml.safe_load(p.read_text()) for p in rendered.iterdir()]
+    assert "--output 's3://my-bucket/evals/{{workflow_id}}'" in task_scripts(spec)["collect"]["collect.sh"]
 
 
 # ------------------------------------------------------------------ finding 3: cluster settings validated

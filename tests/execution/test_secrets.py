@@ -70,8 +70,15 @@ def test_a_run_with_an_api_key_writes_and_prints_no_secret(tmp_path):
 def test_listings_and_dry_runs_hold_no_secret(tmp_path):
     exp = tmp_path / "exp.yaml"
     exp.write_text(yaml.safe_dump(EXPERIMENT))
-    url = f"osmo.output_url=s3://{BUCKET_KEY}:{BUCKET_SECRET}@bucket/evals/{{{{workflow_id}}}}"
+    url = "osmo.output_url=s3://bucket/evals/{{workflow_id}}"
     outputs = []
+    # Bucket keys written into osmo.output_url are refused (exit 2), listed or rendered, and never printed.
+    with_keys = f"osmo.output_url=s3://{BUCKET_KEY}:{BUCKET_SECRET}@bucket/evals/{{{{workflow_id}}}}"
+    for args in (["overrides", str(exp), with_keys], ["submit", str(exp), "--backend", "osmo", "--dry-run", with_keys,
+                                                       "--output-dir", str(tmp_path / "refused")]):
+        proc = evalfleet(*args, cwd=tmp_path)
+        assert proc.returncode == 2 and "osmo.output_url" in proc.stderr, (args, proc.stderr[-2000:])
+        assert not leaks(proc.stdout, proc.stderr) and not (tmp_path / "refused").exists()
     for args in (["overrides", str(exp), url], ["plan", str(exp)], ["plan", str(exp), "--json"],
                  ["submit", str(exp), "--backend", "osmo", "--dry-run", url, "--output-dir", str(tmp_path / "wf")],
                  ["submit", str(exp), "--backend", "ray", "--dry-run", "--ray-address", "http://127.0.0.1:8265"]):
@@ -81,7 +88,7 @@ def test_listings_and_dry_runs_hold_no_secret(tmp_path):
     assert not leaks(*outputs, folder=tmp_path / "wf")
     overrides = outputs[0]
     assert "runs.push_served.policy.api_key='***'" in overrides
-    assert "s3://***@bucket/evals/{{workflow_id}}" in overrides
+    assert "osmo.output_url=s3://bucket/evals/{{workflow_id}}" in overrides
 
     # The workflow hands the secrets over through OSMO's credential mechanism, and stays valid.
     (spec_file,) = (tmp_path / "wf").glob("*.yaml")
@@ -94,8 +101,7 @@ def test_listings_and_dry_runs_hold_no_secret(tmp_path):
     for task in (server, runner):
         assert task["credentials"] == {"evalfleet-secrets": {name: name}}
     assert f"--api-key-env {name}" in server["files"][0]["contents"]
-    assert tasks["collect"]["credentials"] == {"evalfleet-secrets": {"AWS_ACCESS_KEY_ID": "AWS_ACCESS_KEY_ID",
-                                                                     "AWS_SECRET_ACCESS_KEY": "AWS_SECRET_ACCESS_KEY"}}
+    assert "credentials" not in tasks["collect"]
     assert "s3://bucket/evals/{{workflow_id}}" in tasks["collect"]["files"][0]["contents"]
 
 

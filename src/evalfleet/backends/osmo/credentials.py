@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from evalfleet.backends.osmo.settings import OsmoSettings
-from evalfleet.secrets import credentials_span, looks_secret
+from evalfleet.secrets import looks_secret
 
 
 def secrets_as_variables(node: Any, path: str) -> Any:
@@ -48,14 +48,3 @@ def secret_credentials(policy: dict[str, Any], settings: OsmoSettings) -> dict[s
     credential `osmo.credential` (key = the variable's name). Nothing secret is in the spec itself."""
     names = secret_env_names(policy)
     return {"credentials": {settings.credential: {name: name for name in names}}} if names else {}
-
-
-def output_credentials(settings: OsmoSettings) -> tuple[str | None, dict[str, Any]]:
-    """`osmo.output_url` without the credentials it may carry (s3://KEY:SECRET@bucket/...), and the collect
-    task's `credentials` that hand the bucket keys over instead (from `osmo.credential`)."""
-    url = settings.output_url
-    span = credentials_span(url) if url else None
-    if url is None or span is None:
-        return url, {}
-    keys = {"AWS_ACCESS_KEY_ID": "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY": "AWS_SECRET_ACCESS_KEY"}
-    return url[:span[0]] + url[span[1] + 1:], {"credentials": {settings.credential: keys}}

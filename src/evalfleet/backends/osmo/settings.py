@@ -9,6 +9,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from evalfleet.backends.setting_checks import not_bool as _not_bool
 from evalfleet.backends.setting_checks import one_line as _one_line
+from evalfleet.secrets import carries_credentials
 
 # OSMO's name rule (NVIDIA/OSMO src/utils/job/common.py NAMEREGEX): a letter first, then letters, digits,
 # '-' or '_', not ending in '-' or '_'; Kubernetes caps object names at 63 characters.
@@ -65,7 +66,7 @@ class OsmoSettings(BaseModel):
     output_url: str | None = Field(default=None, description="where collect uploads (keep {{workflow_id}})")
     # Named like a secret but holding a name (which OSMO credential to read): listed unmasked.
     credential: str = Field(default="evalfleet-secrets", description="OSMO generic credential holding the "
-                            "secrets tasks read (each api_key_env variable; AWS keys for output_url)",
+                            "secrets tasks read (each api_key_env variable)",
                             json_schema_extra={"not_secret": True})
     priority: Literal["HIGH", "NORMAL", "LOW"] = "NORMAL"
     exec_timeout: str | None = Field(default=None, description="e.g. 12h; null: the pool's default")
@@ -117,6 +118,13 @@ class OsmoSettings(BaseModel):
     @field_validator("output_url")
     @classmethod
     def url_line(cls, v: str | None) -> str | None:
+        # Refused, not stripped: the URL is written into the workflow spec and the collect task's command line,
+        # and keys taken out of it silently would not be the keys the collect task writes with.
+        if v is not None and carries_credentials(v):
+            raise ValueError("credentials in the URL are not accepted (it is written into the workflow spec and "
+                             "the collect task's command line): give it without them, e.g. "
+                             "s3://bucket/evals/{{workflow_id}}; the collect task writes with the storage "
+                             "credentials your OSMO tasks get")
         return _one_line(v, "a URL")
 
     @field_validator("workflow_name")

@@ -18,7 +18,7 @@ from evalfleet.backends.osmo.arena import (
     arena_runner_script,
     is_arena_run,
 )
-from evalfleet.backends.osmo.credentials import output_credentials, secret_credentials, secrets_as_variables
+from evalfleet.backends.osmo.credentials import secret_credentials, secrets_as_variables
 from evalfleet.backends.osmo.names import PREEMPTED_EXIT, TASK_DIR, check_output_url, scan_values, workflow_base_name
 from evalfleet.backends.osmo.resources import RunPlacement, check_resources, placements, resource_profiles
 from evalfleet.backends.osmo.scripts import collect_script, runner_script, server_script
@@ -134,8 +134,7 @@ def collect_group(runners: list[str], settings: OsmoSettings, experiment_yaml: s
                   carried: dict[str, bytes] | None = None) -> dict[str, Any]:
     """The collect task; `carried`: the submission's experiment_metadata.json and manifest, put beside the
     Experiment it collects from, so they reach the output and its collect step ends them (cluster_metadata)."""
-    url, credentials = output_credentials(settings)
-    output = url or "{{output}}/collected"
+    output = settings.output_url or "{{output}}/collected"  # never with credentials (OsmoSettings refuses them)
     sources = [f"{{{{input:{i}}}}}" for i in range(len(runners))]
     extra = [{"path": f"{TASK_DIR}/experiment/{name}", "contents": data.decode()}
              for name, data in (carried or {}).items()]
@@ -148,7 +147,6 @@ def collect_group(runners: list[str], settings: OsmoSettings, experiment_yaml: s
                   {"path": f"{TASK_DIR}/experiment/{EXPERIMENT_FILE}", "contents": experiment_yaml}, *extra],
         "inputs": [{"task": r} for r in runners],
         "resource": "collect",
-        **credentials,
     }]}
 
 
