@@ -19,8 +19,8 @@ from typing import Any, Iterator
 MASK = "***"
 EXTRACTED_KEYS = ("api_key",)  # clients of these read `<key>_env` (serving.client_options)
 SECRET_NAME = re.compile(r"(^|_)(api_?key|token|password|passwd|secret|credentials?)($|_)", re.IGNORECASE)
-# Where a URL starts in text: its scheme (`s3://`, `https://`, `postgresql+psycopg2://`).
-URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+# A URL's scheme (`s3`, `https`, `postgresql+psycopg2`): a letter, then these; `://` follows it.
+SCHEME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+.-")
 ENV_PREFIX = "EVALFLEET_SECRET_"
 
 
@@ -67,11 +67,25 @@ def credentials_span(text: str) -> tuple[int, int] | None:
     masks too much, never too little: a line with two URLs, or a URL and a later `@` (an e-mail, a path's `@`),
     loses what lies between them, hosts included."""
     at = text.rfind("@")
-    scheme = URL_SCHEME.search(text, 0, at if at >= 0 else 0)
-    if scheme is None:
+    start = first_scheme_end(text, at) if at >= 0 else None
+    if start is None:
         return None
-    info = text[scheme.end():at]
-    return (scheme.end(), at) if ":" in info or "/" not in info else None
+    info = text[start:at]
+    return (start, at) if ":" in info or "/" not in info else None
+
+
+def first_scheme_end(text: str, stop: int) -> int | None:
+    """Where the text after the first `scheme://` ending before `stop` starts, or None. (A scan, not a regex:
+    a regex for the scheme takes quadratic time on a long run of letters.)"""
+    sep = text.find("://", 0, stop)
+    while sep >= 0:
+        i = sep
+        while i > 0 and text[i - 1] in SCHEME_CHARS:
+            i -= 1
+        if any(c.isascii() and c.isalpha() for c in text[i:sep]):  # a scheme starts with a letter
+            return sep + 3
+        sep = text.find("://", sep + 1, stop)
+    return None
 
 
 def carries_credentials(value: str) -> bool:
