@@ -5,7 +5,9 @@ loaded: the document every file is made from says `api_key_env: EVALFLEET_SECRET
 value travels only in that environment variable — exported for the runners and servers evalfleet starts
 (`exported`), in a Ray job's runtime env, or through an OSMO credential the user registers. A user may name
 the variable directly (`api_key_env: MY_KEY`); then evalfleet never sees the value at all. Anything else that
-looks secret (a key named like a token or password, credentials inside a URL) is masked in listings.
+looks secret (a key named like a token or password, credentials inside a URL) is masked in listings and
+messages (`mask_url`, one rule: `credentials_span`); a URL setting that would be written somewhere (a storage
+URL, a served policy's host, a tracking URI, `osmo.output_url`) is refused when it carries credentials.
 """
 
 from __future__ import annotations
