@@ -1,9 +1,13 @@
-"""How an `evalfleet` process ends (`exit_now`), for the command line and for a runner forked from it."""
+"""How an `evalfleet` process ends (`exit_now`), for the command line and for a runner forked from it; SIGTERM
+ending a block like Ctrl-C (`sigterm_interrupts`), so its cleanup runs."""
 
 from __future__ import annotations
 
 import os
-from typing import NoReturn
+import signal
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator, NoReturn
 
 from evalfleet.forking import flush_std_streams
 
@@ -73,3 +77,33 @@ def _flush_open_files() -> None:
                 obj.flush()
         except Exception:  # noqa: BLE001 - a reader gone away, a detached buffer: nothing left to save
             pass
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM inside `sigterm_interrupts()`: the work stops as on Ctrl-C, its `finally` blocks and `with` exits
+    run (a run's metadata says interrupted, collect's staging folder is removed)."""
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """While the block runs, SIGTERM raises Terminated in it, where nobody else handles SIGTERM: in the main
+    thread, with SIGTERM's default action in place (a caller's own handler is left alone, and an outer block's
+    stays). A forked child that inherited the handler takes the default action instead."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    owner = os.getpid()
+
+    def on_term(signum: int, frame: Any) -> None:
+        if os.getpid() != owner:  # a forked child that inherited the handler: the default action
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        raise Terminated()
+
+    restore = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, restore)

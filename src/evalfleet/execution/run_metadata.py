@@ -18,11 +18,9 @@ import hashlib
 import json
 import os
 import platform
-import signal
 import socket
 import subprocess
 import sys
-import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -33,6 +31,7 @@ from evalfleet.experiment.loading import LoadedExperiment
 from evalfleet.experiment.plan import run_plan
 from evalfleet.layout import EXPERIMENT_FILE, MANIFEST_FILE, METADATA_FILE, RESULT_FILE
 from evalfleet.outputs.summary import package_versions
+from evalfleet.process_exit import Terminated, sigterm_interrupts
 from evalfleet.secrets import looks_secret, mask_text, mask_url
 
 SCHEMA = "evalfleet.experiment_metadata/1"
@@ -198,38 +197,20 @@ class RunMetadata:
             write_atomic(result, json.dumps(doc, indent=2) + "\n")
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM to the process running the pipeline: stopped like Ctrl-C, its metadata says interrupted."""
-
-
 @contextmanager
 def recorded(out: Path, loaded: LoadedExperiment, *, backend: str, resume: bool) -> Iterator[RunMetadata]:
     """The metadata around a run: starting now, `running` when the caller says, then finished, interrupted
     (Ctrl-C, SIGTERM) or failed."""
     meta = RunMetadata(out, loaded, backend=backend, resume=resume)
-    owner = os.getpid()
-    restore = None
-    # SIGTERM stops the run like Ctrl-C, where nobody else handles it (a caller's own handler is left alone)
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        def on_term(signum: int, frame: Any) -> None:
-            if os.getpid() != owner:  # a forked child that inherited the handler: the default action
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                os.kill(os.getpid(), signal.SIGTERM)
-                return
-            raise Terminated()
-
-        restore = signal.signal(signal.SIGTERM, on_term)
-    try:
-        yield meta
-    except KeyboardInterrupt as exc:
-        how = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
-        meta.set_status("interrupted", finished_at=_now(), signal=how)
-        raise
-    except BaseException as exc:
-        meta.finish("failed", exc)
-        raise
-    else:
-        meta.finish("finished")
-    finally:
-        if restore is not None:
-            signal.signal(signal.SIGTERM, restore)
+    with sigterm_interrupts():  # SIGTERM stops the run like Ctrl-C, where nobody else handles it
+        try:
+            yield meta
+        except KeyboardInterrupt as exc:
+            how = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+            meta.set_status("interrupted", finished_at=_now(), signal=how)
+            raise
+        except BaseException as exc:
+            meta.finish("failed", exc)
+            raise
+        else:
+            meta.finish("finished")

@@ -41,6 +41,7 @@ from evalfleet.outputs.staging import Staging
 from evalfleet.outputs.storage import Location, check_endpoint, is_url, open_location
 from evalfleet.outputs.stopping_result import add_stopping
 from evalfleet.outputs.summary import build_result, finite_json, provenance
+from evalfleet.process_exit import sigterm_interrupts
 from evalfleet.secrets import mask_url
 from evalfleet.rollout.records import RunRecords, RunScope, SetAside
 from evalfleet.rollout.run_folder import (folder_records, join, merge_statuses, planned_episodes, read_status,
@@ -257,7 +258,8 @@ def collect_runs(sources: list[str], output: str, *, endpoint_url: str | None = 
         check_endpoint(endpoint_url, where="command line", key="--s3-endpoint")
     urls = ", ".join(mask_url(t) for t in [*sources, output] if is_url(t)) or mask_url(output)
     try:
-        return _collect(sources, output, endpoint_url=endpoint_url, report=report, tables=tables or report)
+        with sigterm_interrupts():  # SIGTERM ends the collect like Ctrl-C: its staging folder removed
+            return _collect(sources, output, endpoint_url=endpoint_url, report=report, tables=tables or report)
     except PermissionError as exc:
         raise UserError(f"access denied ({mask_url(str(exc))}); check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY "
                         "and the endpoint (--s3-endpoint or EVALFLEET_S3_ENDPOINT)", where=urls) from None
