@@ -10,7 +10,8 @@ OUT/
   experiment_manifest.json   MANIFEST_FILE: each Run's task/policy labels and where they came from
   timings.json               TIMINGS_FILE: per Run and phase, merged from the shards' files by collect
   report_episodes/           REPORT_DATA_DIR: index.html's episode tables, <NNNN>.js per Run, loaded on demand
-  .evalfleet/                INTERNAL_DIR: worker logs, heartbeats and status files, claims, the wired Experiment
+  .evalfleet/                INTERNAL_DIR: worker logs, heartbeats and status files, claims, the wired Experiment,
+                             the folder's lock (LOCK_FILE)
   <run>/                     run_dir(out, run): a Run folder
     episode_results.jsonl    RECORDS_FILE: the collected records, one line per episode
     parts/<shard>.jsonl      PARTS_DIR: append-only records, one file per shard attempt
@@ -60,6 +61,7 @@ WIRED_EXPERIMENT_FILE = "experiment.wired.yaml"  # experiment.yaml wired to this
 CLAIMS_DIR = "claims"
 RUN_TIMINGS_FILE = "timings-run.json"  # the run process's own phases (server_start), merged by collect
 SLURM_DIR = "slurm"  # the Slurm backend's sbatch scripts, job logs, server addresses and job ids
+LOCK_FILE = "lock"  # flock'd by the one process writing the folder; holds {pid, host, since} (outputs/output_lock.py)
 
 # --- Isaac Lab Arena's own names -----------------------------------------------------------------------
 # Arena's runner writes one record file per environment rebuild (or per rank when distributed).
@@ -112,6 +114,11 @@ def timings_path(out: Path, run: str, shard_id: str, worker: str) -> Path:
 
 def internal_dir(out: Path) -> Path:
     return out / INTERNAL_DIR
+
+
+def lock_path(out: Path) -> Path:
+    """OUT/.evalfleet/lock: the output folder's advisory lock (outputs/output_lock.py)."""
+    return out / INTERNAL_DIR / LOCK_FILE
 
 
 def worker_file(out: Path, worker: int, suffix: str) -> Path:

@@ -1,4 +1,5 @@
-"""The output folder's life: create it for a new run, or check it belongs to the run being resumed."""
+"""The output folder's life: create it for a new run, or check it belongs to the run being resumed; either way
+its lock taken (outputs/output_lock.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from typing import Any
 from evalfleet.errors import UserError
 from evalfleet.experiment.loading import LoadedExperiment
 from evalfleet.experiment.safe_yaml import parse_yaml, read_text_bounded
-from evalfleet.layout import EXPERIMENT_FILE, run_status_path
+from evalfleet.layout import EXPERIMENT_FILE, INTERNAL_DIR, LOCK_FILE, internal_dir, run_status_path
+from evalfleet.outputs.output_lock import OutputLock, lock_output
 from evalfleet.secrets import mask_url
 
 
@@ -37,57 +39,85 @@ def default_output(loaded: LoadedExperiment) -> Path:
     return path
 
 
-def prepare_output(out: Path, loaded: LoadedExperiment, *, resume: bool) -> None:
-    """New run: the folder must not hold another run. Resume: it must hold this same Experiment.
-    Every refusal (a file where the folder should be, no permission, an unreadable experiment.yaml)
-    is a UserError naming the path, raised before anything is written."""
+def prepare_output(out: Path, loaded: LoadedExperiment, *, resume: bool, flag: str = "--output") -> OutputLock:
+    """New run: the folder must not hold another run. Resume: it must hold this same Experiment. Either way the
+    folder's lock is taken for this process (outputs/output_lock.py) and returned: the caller holds it while it
+    writes the folder. Every refusal (a file where the folder should be, a folder another run is writing, no
+    permission, an unreadable experiment.yaml) is a UserError naming the path, raised before anything is written."""
     try:
-        _prepare(out, loaded, resume=resume)
+        return _prepare(out, loaded, resume=resume, flag=flag)
     except OSError as exc:  # a path the OS refuses outright (name too long, a loop of links, ...)
         raise UserError(f"unusable output folder ({exc.strerror or exc})", where=str(out)) from None
 
 
-def _prepare(out: Path, loaded: LoadedExperiment, *, resume: bool) -> None:
+def _prepare(out: Path, loaded: LoadedExperiment, *, resume: bool, flag: str) -> OutputLock:
     where = str(out)
     if out.exists() and not out.is_dir():
-        raise UserError("is a file, not a folder; give --output a folder path", where=where)
-    existing = out / EXPERIMENT_FILE
-    if resume:
-        if not existing.exists():
-            raise UserError(f"nothing to resume: no {EXPERIMENT_FILE} here; run without --resume to start", where=where)
-        try:
-            before = parse_yaml(read_text_bounded(existing), str(existing))
-        except UserError as exc:
-            raise UserError(f"cannot resume: {exc.message}; resume a folder written by `evalfleet run`, or choose a "
-                            "new --output", where=exc.where, key=exc.key) from None
-        if before != loaded.resolved_document():
-            raise UserError(
-                f"{EXPERIMENT_FILE} here differs from the Experiment given (file or overrides changed); "
-                "resume with the same file and overrides, or choose a new --output",
-                where=where,
-            )
-        _check_writable(out, where)
-        from evalfleet.rollout.failures import check_resume_protocols
-
-        check_resume_protocols(out, loaded.experiment.runs)  # a changed task protocol is never mixed in
-        return
+        raise UserError(f"is a file, not a folder; give {flag} a folder path", where=where)
+    # A folder another run is writing is refused first, whatever else it holds; without a lock file nothing is made.
+    lock = lock_output(out, flag=flag, create=False) if out.is_dir() else None
     try:
-        not_empty = out.exists() and any(out.iterdir())
+        if resume:
+            _check_resumable(out, loaded, where)
+            return lock or _locked(out, flag)
+        _check_empty(out, where)
+        _check_writable(out, where)
+        created = _first_missing(out)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            lock = lock or _locked(out, flag)
+            _check_empty(out, where)  # a run that came and went between the first look and the lock
+            write_atomic(out / EXPERIMENT_FILE, loaded.resolved_yaml())
+        except OSError as exc:
+            if created is not None:  # leave nothing behind of a folder this call created
+                shutil.rmtree(created, ignore_errors=True)
+            raise UserError(f"cannot write the output folder ({exc.strerror or exc})", where=where) from None
+        return lock
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+
+
+def _locked(out: Path, flag: str) -> OutputLock:
+    lock = lock_output(out, flag=flag)
+    assert lock is not None  # created: never None
+    return lock
+
+
+def _check_resumable(out: Path, loaded: LoadedExperiment, where: str) -> None:
+    existing = out / EXPERIMENT_FILE
+    if not existing.exists():
+        raise UserError(f"nothing to resume: no {EXPERIMENT_FILE} here; run without --resume to start", where=where)
+    try:
+        before = parse_yaml(read_text_bounded(existing), str(existing))
+    except UserError as exc:
+        raise UserError(f"cannot resume: {exc.message}; resume a folder written by `evalfleet run`, or choose a "
+                        "new --output", where=exc.where, key=exc.key) from None
+    if before != loaded.resolved_document():
+        raise UserError(
+            f"{EXPERIMENT_FILE} here differs from the Experiment given (file or overrides changed); "
+            "resume with the same file and overrides, or choose a new --output",
+            where=where,
+        )
+    _check_writable(out, where)
+    from evalfleet.rollout.failures import check_resume_protocols
+
+    check_resume_protocols(out, loaded.experiment.runs)  # a changed task protocol is never mixed in
+
+
+def _check_empty(out: Path, where: str) -> None:
+    """A new run's folder holds nothing, or nothing but the lock file a refused or failed start left."""
+    try:
+        entries = sorted(p.name for p in out.iterdir()) if out.exists() else []
+        if entries == [INTERNAL_DIR]:
+            entries = [f"{INTERNAL_DIR}/{p.name}" for p in internal_dir(out).iterdir() if p.name != LOCK_FILE]
     except OSError as exc:
         raise UserError(f"cannot list the output folder ({exc.strerror or exc})", where=where) from None
-    if not_empty:
+    if entries:
         raise UserError(
             "output folder is not empty; pass --resume to continue it, or choose another --output", where=where
         )
-    _check_writable(out, where)
-    created = _first_missing(out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        write_atomic(existing, loaded.resolved_yaml())
-    except OSError as exc:
-        if created is not None:  # leave nothing behind of a folder this call created
-            shutil.rmtree(created, ignore_errors=True)
-        raise UserError(f"cannot write the output folder ({exc.strerror or exc})", where=where) from None
 
 
 def _first_missing(out: Path) -> Path | None:

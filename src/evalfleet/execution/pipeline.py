@@ -28,6 +28,7 @@ from evalfleet.experiment.plan import Plan, make_plan
 from evalfleet.experiment.validation import require_executable
 from evalfleet.layout import RUN_TIMINGS_FILE, internal_dir, run_status_path
 from evalfleet.outputs.finalize import Preload, finalize
+from evalfleet.outputs.output_lock import OutputLock
 from evalfleet.outputs.result import ExperimentResult
 from evalfleet.outputs.tracking import check_tracking, log_to_trackers
 from evalfleet.rollout.records import DECISION_FIELDS
@@ -69,30 +70,32 @@ def run(experiment: str | os.PathLike[str] | LoadedExperiment, *, overrides: Ite
     under its root (`ray.address=auto`); `output`: the folder (default outputs/<name>-<time>); `resume`:
     continue an interrupted folder of the same Experiment; `workers`: parallel runners (default: this
     machine's CPUs, or the Ray cluster's); `progress`: a live progress bar on stderr. Bad input raises
-    UserError before anything is written; Ctrl-C stops every runner, keeps what finished and re-raises
-    KeyboardInterrupt."""
+    UserError before anything is written, as does an output folder another run is writing; Ctrl-C stops every
+    runner, keeps what finished and re-raises KeyboardInterrupt."""
     loaded = load(experiment, overrides)
     chosen = get_backend(backend, loaded.backend_settings, workers=workers)
     try:
-        out = prepare(loaded, chosen, output, resume=resume, shard_size=shard_size)
+        out, lock = prepare(loaded, chosen, output, resume=resume, shard_size=shard_size)
     except BaseException:
         chosen.close()  # what the backend's checks started (the local backend's runner template)
         raise
-    preloading = Preload()  # finalize's imports, begun while the workers run
-    with recorded(out, loaded, backend=chosen.name, resume=resume) as metadata:  # experiment_metadata.json
-        metadata.running()
-        plan, results = execute(loaded, out, chosen, shard_size=shard_size, watchdog=watchdog, progress=progress,
-                                log=log, preloading=preloading)
-        finish_runs(plan, out, results)
-        preloading.wait()
-        result = finalize_output(loaded, out)
-    log_to_trackers(loaded, out, result, step=tracking_step, log=log)
+    with lock:  # held until the run ends: a second writer of `out` is refused (outputs/output_lock.py)
+        preloading = Preload()  # finalize's imports, begun while the workers run
+        with recorded(out, loaded, backend=chosen.name, resume=resume) as metadata:  # experiment_metadata.json
+            metadata.running()
+            plan, results = execute(loaded, out, chosen, shard_size=shard_size, watchdog=watchdog, progress=progress,
+                                    log=log, preloading=preloading)
+            finish_runs(plan, out, results)
+            preloading.wait()
+            result = finalize_output(loaded, out)
+        log_to_trackers(loaded, out, result, step=tracking_step, log=log)
     return result
 
 
 def prepare(loaded: LoadedExperiment, backend: Backend, output: str | os.PathLike[str] | None, *, resume: bool,
-            shard_size: int | None = None) -> Path:
-    """Every check that can refuse the run, then the output folder (new, or the same Experiment's to resume)."""
+            shard_size: int | None = None) -> tuple[Path, OutputLock]:
+    """Every check that can refuse the run, then the output folder (new, or the same Experiment's to resume) and
+    its lock, for the caller to hold while it writes there."""
     check_shard_size(shard_size)
     require_executable(loaded.experiment.runs, loaded.path)
     check_capabilities(loaded, backend.name, submitting=False)
@@ -100,8 +103,7 @@ def prepare(loaded: LoadedExperiment, backend: Backend, output: str | os.PathLik
     check_tracking(loaded)  # every sink's package installed
     out = output_folder(output, where="evalfleet.run", key="output") if output is not None else default_output(loaded)
     backend.check_experiment(loaded, out)  # the backend's own checks (servers, settings), before any file
-    prepare_output(out, loaded, resume=resume)
-    return out
+    return out, prepare_output(out, loaded, resume=resume)
 
 
 def execute(loaded: LoadedExperiment, out: Path, backend: Backend, *, shard_size: int | None = None,

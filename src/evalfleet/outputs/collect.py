@@ -31,6 +31,7 @@ from evalfleet.forking import fork_allowed, in_child
 from evalfleet.layout import (EXPERIMENT_FILE, PARTS_DIR, PLOTS_DIR, PROTOCOL_FILE, RECORDS_FILE, REPORT_FILE,
                               RESULT_FILE, STATUS_FILE, VIDEOS_DIR)
 from evalfleet.outputs.failures import ProtocolCheck, read_protocol
+from evalfleet.outputs.output_lock import writing
 from evalfleet.outputs.report import render_report
 from evalfleet.outputs.report_episodes import episode_script, script_path
 from evalfleet.outputs.run_digest import OutcomeRecords, RunDigest, digest_run
@@ -251,14 +252,16 @@ def collect(sources: list[str], output: str, *, endpoint_url: str | None = None,
 def collect_runs(sources: list[str], output: str, *, endpoint_url: str | None = None,
                  report: bool = False, tables: bool = False) -> Collected:
     """`collect`, returning the Runs it read as well; `tables`: write the report's episode tables even without
-    the report (`write_collected_report` will write it)."""
+    the report (`write_collected_report` will write it). A local output whose lock another process holds (a run
+    writing it: outputs/output_lock.py) is refused, exit 2; it is held while collect writes there."""
     if not sources:
         raise UserError("give at least one source folder or URL", where="command line")
     if endpoint_url:
         check_endpoint(endpoint_url, where="command line", key="--s3-endpoint")
     urls = ", ".join(mask_url(t) for t in [*sources, output] if is_url(t)) or mask_url(output)
+    # A local output another run is writing is refused; SIGTERM ends the collect like Ctrl-C: staging removed.
     try:
-        with sigterm_interrupts():  # SIGTERM ends the collect like Ctrl-C: its staging folder removed
+        with (contextlib.nullcontext() if is_url(output) else writing(output)), sigterm_interrupts():
             return _collect(sources, output, endpoint_url=endpoint_url, report=report, tables=tables or report)
     except PermissionError as exc:
         raise UserError(f"access denied ({mask_url(str(exc))}); check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY "

@@ -117,7 +117,9 @@ class SlurmBackend(BackendBase):
             print(f"# dry run: {len(rendering.scripts)} batch scripts, nothing submitted", file=sys.stderr)
             return 0
         self.check()
-        prepare_output(out, loaded, resume=False)
+        # A folder a run is writing is refused; the lock is given up before the jobs start (their collect step
+        # takes it), which may be before this process ends
+        prepare_output(out, loaded, resume=False, flag="--output-dir").release()
         jobs = launch(rendering, loaded, plan, log=lambda line: print(line, file=stream))
         from evalfleet.execution.cluster_metadata import write_submitted
 

@@ -59,9 +59,11 @@ def submit_driver(loaded: Any, out: Path, settings: SlurmSettings, *, job_name: 
             stream.write(f"# ==> {DRIVER_SCRIPT} <==\n{text}")
         print("# dry run: 1 batch script (the wave driver), nothing submitted", file=sys.stderr)
         return 0
-    prepare_output(out, loaded, resume=resume)
-    paths.logs.mkdir(parents=True, exist_ok=True)
-    script.write_text(text, encoding="utf-8")
+    # OUT's lock while the folder is prepared (a folder a run is writing is refused), given up before the driver
+    # job, whose `evalfleet run --resume` takes it, can start
+    with prepare_output(out, loaded, resume=resume, flag="--output-dir"):
+        paths.logs.mkdir(parents=True, exist_ok=True)
+        script.write_text(text, encoding="utf-8")
     try:
         with exported(loaded.secrets):  # sbatch's --export=ALL carries them to the driver and its jobs
             job = sbatch(script)
