@@ -1,6 +1,9 @@
-"""User-facing errors. A UserError is bad input: the CLI prints its one line and exits 2."""
+"""User-facing errors. A UserError is bad input: the CLI prints its one line and exits 2. OutOfSpace is a run
+whose output folder's disk filled up: one line too, and exit 1 as for a run whose Runs failed."""
 
 from __future__ import annotations
+
+import errno
 
 
 class UserError(Exception):
@@ -19,6 +22,33 @@ class UserError(Exception):
         parts = [p for p in (self.where, self.key) if p]
         prefix = ": ".join(parts)
         return _one_line(f"{prefix}: {self.message}" if prefix else self.message)
+
+
+# A disk full (ENOSPC) or a quota used up (EDQUOT): not the Experiment's fault, the user's to fix.
+OUT_OF_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def out_of_space(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in OUT_OF_SPACE_ERRNOS
+
+
+class OutOfSpace(OSError):
+    """A run stopped because its output folder's filesystem is full: an OSError with the errno it had, its
+    message one line naming the folder, the file it could not write and the fix."""
+
+    exit_code = 1
+
+    def __init__(self, cause: OSError, *, where: str, fix: str):
+        what = (cause.strerror or str(cause)).lower()
+        self.message = f"{what} (writing {cause.filename}); {fix}" if cause.filename else f"{what}; {fix}"
+        self.where = where
+        super().__init__(cause.errno, self.message, cause.filename)
+
+    def line(self) -> str:
+        return _one_line(f"{self.where}: {self.message}")
+
+    def __str__(self) -> str:
+        return self.line()
 
 
 def _one_line(text: str) -> str:

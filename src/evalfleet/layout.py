@@ -11,7 +11,7 @@ OUT/
   timings.json               TIMINGS_FILE: per Run and phase, merged from the shards' files by collect
   report_episodes/           REPORT_DATA_DIR: index.html's episode tables, <NNNN>.js per Run, loaded on demand
   .evalfleet/                INTERNAL_DIR: worker logs, heartbeats and status files, claims, the wired Experiment,
-                             the folder's lock (LOCK_FILE)
+                             the folder's lock (LOCK_FILE) and the run's space reserve (SPACE_RESERVE_FILE)
   <run>/                     run_dir(out, run): a Run folder
     episode_results.jsonl    RECORDS_FILE: the collected records, one line per episode
     parts/<shard>.jsonl      PARTS_DIR: append-only records, one file per shard attempt
@@ -62,6 +62,7 @@ CLAIMS_DIR = "claims"
 RUN_TIMINGS_FILE = "timings-run.json"  # the run process's own phases (server_start), merged by collect
 SLURM_DIR = "slurm"  # the Slurm backend's sbatch scripts, job logs, server addresses and job ids
 LOCK_FILE = "lock"  # flock'd by the one process writing the folder; holds {pid, host, since} (outputs/output_lock.py)
+SPACE_RESERVE_FILE = "space.reserve"  # freed on a full disk so the metadata can still say `failed` (run_metadata)
 
 # --- Isaac Lab Arena's own names -----------------------------------------------------------------------
 # Arena's runner writes one record file per environment rebuild (or per rank when distributed).

@@ -18,7 +18,7 @@ from typing import NoReturn
 
 from evalfleet import __version__
 from evalfleet.cli.arguments import normalise_argv
-from evalfleet.errors import UserError
+from evalfleet.errors import OutOfSpace, UserError
 from evalfleet.feedback import disable_cli_feedback
 from evalfleet.interpreter import drop_working_folder
 from evalfleet.forking import mark_command_process
@@ -79,9 +79,9 @@ def main(argv: list[str] | None = None) -> int:
         # The reader of our output closed it (`evalfleet overrides EXP | head`): that is a normal end.
         _silence_stdout()
         return 0
-    except UserError as exc:
+    except (UserError, OutOfSpace) as exc:
         print(f"evalfleet: error: {exc.line()}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     except KeyboardInterrupt:
         print("evalfleet: interrupted", file=sys.stderr)
         return 130

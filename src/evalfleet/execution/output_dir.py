@@ -144,8 +144,12 @@ def _check_writable(out: Path, where: str) -> None:
 def write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, a signal: no half-written temporary left beside the file
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_run_status(out: Path, run: str, **fields: Any) -> None:

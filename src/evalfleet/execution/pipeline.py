@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from evalfleet.backend_registry import DEFAULT_BACKEND
-from evalfleet.errors import UserError
+from evalfleet.errors import OutOfSpace, UserError, out_of_space
 from evalfleet.execution.backends import Backend, ExecutionJob, WorkerResult, check_capabilities, get_backend
 from evalfleet.execution.run_metadata import recorded
 from evalfleet.execution.output_dir import default_output, output_folder, prepare_output, write_run_status
@@ -26,7 +26,7 @@ from evalfleet.execution.waves import execute_in_waves, has_stopping, stopped_ru
 from evalfleet.experiment.loading import LoadedExperiment, load_experiment
 from evalfleet.experiment.plan import Plan, make_plan
 from evalfleet.experiment.validation import require_executable
-from evalfleet.layout import RUN_TIMINGS_FILE, internal_dir, run_status_path
+from evalfleet.layout import METADATA_FILE, RUN_TIMINGS_FILE, internal_dir, run_status_path
 from evalfleet.outputs.finalize import Preload, finalize
 from evalfleet.outputs.output_lock import OutputLock
 from evalfleet.outputs.result import ExperimentResult
@@ -71,7 +71,8 @@ def run(experiment: str | os.PathLike[str] | LoadedExperiment, *, overrides: Ite
     continue an interrupted folder of the same Experiment; `workers`: parallel runners (default: this
     machine's CPUs, or the Ray cluster's); `progress`: a live progress bar on stderr. Bad input raises
     UserError before anything is written, as does an output folder another run is writing; Ctrl-C stops every
-    runner, keeps what finished and re-raises KeyboardInterrupt."""
+    runner, keeps what finished and re-raises KeyboardInterrupt; a full disk raises OutOfSpace (an OSError), the
+    metadata marked failed."""
     loaded = load(experiment, overrides)
     chosen = get_backend(backend, loaded.backend_settings, workers=workers)
     try:
@@ -80,15 +81,23 @@ def run(experiment: str | os.PathLike[str] | LoadedExperiment, *, overrides: Ite
         chosen.close()  # what the backend's checks started (the local backend's runner template)
         raise
     with lock:  # held until the run ends: a second writer of `out` is refused (outputs/output_lock.py)
-        preloading = Preload()  # finalize's imports, begun while the workers run
-        with recorded(out, loaded, backend=chosen.name, resume=resume) as metadata:  # experiment_metadata.json
-            metadata.running()
-            plan, results = execute(loaded, out, chosen, shard_size=shard_size, watchdog=watchdog, progress=progress,
-                                    log=log, preloading=preloading)
-            finish_runs(plan, out, results)
-            preloading.wait()
-            result = finalize_output(loaded, out)
-        log_to_trackers(loaded, out, result, step=tracking_step, log=log)
+        try:
+            preloading = Preload()  # finalize's imports, begun while the workers run
+            with recorded(out, loaded, backend=chosen.name, resume=resume) as metadata:  # experiment_metadata.json
+                metadata.running()
+                plan, results = execute(loaded, out, chosen, shard_size=shard_size, watchdog=watchdog,
+                                        progress=progress, log=log, preloading=preloading)
+                finish_runs(plan, out, results)
+                preloading.wait()
+                result = finalize_output(loaded, out)
+            log_to_trackers(loaded, out, result, step=tracking_step, log=log)
+        except OSError as exc:
+            if not out_of_space(exc):
+                raise
+            # The metadata says failed (run_metadata frees its reserve for that); one line, not a traceback.
+            raise OutOfSpace(exc, where=str(out), fix=f"the run is marked failed in {METADATA_FILE}; free space, "
+                             f"then continue with: evalfleet run --resume{chosen.resume_hint} --output {out}"
+                             ) from None
     return result
 
 

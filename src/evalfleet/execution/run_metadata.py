@@ -8,7 +8,8 @@ Experiment file's, when that lies in another checkout. `config_sha256` hashes OU
 Experiment, secrets as variable names); the command line is written with secrets masked. The manifest lists each
 Run's task and policy labels and their source: `configured` (the Run names it), `derived` (from its environment's
 task option or its policy type), `inferred` (from the environment type's name). Work handed to a cluster
-(`evalfleet submit`) starts at `submitted` and its collect step ends it (execution/cluster_metadata.py).
+(`evalfleet submit`) starts at `submitted` and its collect step ends it (execution/cluster_metadata.py). A run
+keeps OUT/.evalfleet/space.reserve while it runs: a full disk frees it, so the metadata can still say `failed`.
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from evalfleet import __version__
+from evalfleet.errors import out_of_space
 from evalfleet.execution.output_dir import write_atomic
 from evalfleet.experiment.loading import LoadedExperiment
 from evalfleet.experiment.plan import run_plan
-from evalfleet.layout import EXPERIMENT_FILE, MANIFEST_FILE, METADATA_FILE, RESULT_FILE
+from evalfleet.layout import (EXPERIMENT_FILE, MANIFEST_FILE, METADATA_FILE, RESULT_FILE, SPACE_RESERVE_FILE,
+                              internal_dir)
 from evalfleet.outputs.summary import package_versions
 from evalfleet.process_exit import Terminated, sigterm_interrupts
 from evalfleet.secrets import looks_secret, mask_text, mask_url
@@ -37,6 +40,7 @@ from evalfleet.secrets import looks_secret, mask_text, mask_url
 SCHEMA = "evalfleet.experiment_metadata/1"
 MANIFEST_SCHEMA = "evalfleet.experiment_manifest/1"
 UNFINISHED = ("starting", "running")
+RESERVE_BYTES = 64 << 10  # with twice the document's size: room for the last status on a full disk
 
 
 def _now() -> str:
@@ -170,9 +174,26 @@ class RunMetadata:
         self.doc = metadata_document(out, loaded, backend=backend, status="starting", resumed=resume, argv=argv)
         if previous:
             self.doc["previous"] = previous
+        self.reserve = internal_dir(out) / SPACE_RESERVE_FILE
+        self._set_aside(RESERVE_BYTES + 2 * len(json.dumps(self.doc, indent=2, default=str)))
         self.manifest = manifest_document(loaded)
         write_atomic(out / MANIFEST_FILE, json.dumps(self.manifest, indent=2) + "\n")
         self.set_status("starting")
+
+    def _set_aside(self, size: int) -> None:
+        """Fill the reserve file: random bytes, which no filesystem stores sparse or compressed."""
+        try:
+            self.reserve.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.reserve, "wb") as f:
+                f.write(os.urandom(size))
+        except OSError:  # no room even now: the run goes on without one
+            self.free_reserve()
+
+    def free_reserve(self) -> None:
+        try:
+            self.reserve.unlink(missing_ok=True)
+        except OSError:
+            pass
 
     def set_status(self, status: str, **fields: Any) -> None:
         self.doc["status"] = status
@@ -194,13 +215,16 @@ class RunMetadata:
         self.set_status(status, **finished_fields(self.doc, doc, error))  # this host and every worker's
         if isinstance(doc, dict) and isinstance(doc.get("experiment_metadata"), dict):
             doc["experiment_metadata"]["document"] = self.doc
-            write_atomic(result, json.dumps(doc, indent=2) + "\n")
+            try:
+                write_atomic(result, json.dumps(doc, indent=2) + "\n")
+            except OSError as exc:  # the metadata file says it; a full disk must not turn this into a traceback
+                print(f"evalfleet: could not write {result}: {exc}", file=sys.stderr)
 
 
 @contextmanager
 def recorded(out: Path, loaded: LoadedExperiment, *, backend: str, resume: bool) -> Iterator[RunMetadata]:
     """The metadata around a run: starting now, `running` when the caller says, then finished, interrupted
-    (Ctrl-C, SIGTERM) or failed."""
+    (Ctrl-C, SIGTERM) or failed (a full disk too: the reserve is freed for that last write)."""
     meta = RunMetadata(out, loaded, backend=backend, resume=resume)
     with sigterm_interrupts():  # SIGTERM stops the run like Ctrl-C, where nobody else handles it
         try:
@@ -210,7 +234,11 @@ def recorded(out: Path, loaded: LoadedExperiment, *, backend: str, resume: bool)
             meta.set_status("interrupted", finished_at=_now(), signal=how)
             raise
         except BaseException as exc:
+            if out_of_space(exc):
+                meta.free_reserve()
             meta.finish("failed", exc)
             raise
         else:
             meta.finish("finished")
+        finally:
+            meta.free_reserve()
