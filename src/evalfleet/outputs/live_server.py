@@ -159,6 +159,16 @@ class LiveServer(ThreadingHTTPServer):
         self.streams = threading.BoundedSemaphore(max_streams)
         super().__init__((host, port), LiveHandler)
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-answer is routine (a closed tab, a slow client's own end): one debug line,
+        not a traceback on the terminal; anything else is reported as the standard library does."""
+        import sys
+
+        if isinstance(sys.exc_info()[1], OSError):
+            log.debug("live report: %s: %s", client_address, sys.exc_info()[1])
+            return
+        super().handle_error(request, client_address)
+
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self.connections.acquire(blocking=False):
             self.shutdown_request(request)  # past the bound: closed at once, no thread started
