@@ -83,7 +83,8 @@ def run(experiment: str | os.PathLike[str] | LoadedExperiment, *, overrides: Ite
     with lock:  # held until the run ends: a second writer of `out` is refused (outputs/output_lock.py)
         try:
             preloading = Preload()  # finalize's imports, begun while the workers run
-            with recorded(out, loaded, backend=chosen.name, resume=resume) as metadata:  # experiment_metadata.json
+            # experiment_metadata.json: starting, running, then how it ended
+            with recorded(out, loaded, backend=chosen.name, resume=resume, step=tracking_step) as metadata:
                 metadata.running()
                 plan, results = execute(loaded, out, chosen, shard_size=shard_size, watchdog=watchdog,
                                         progress=progress, log=log, preloading=preloading)

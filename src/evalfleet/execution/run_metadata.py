@@ -21,7 +21,9 @@ import os
 import platform
 import socket
 import subprocess
+import re
 import sys
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -40,6 +42,7 @@ from evalfleet.secrets import looks_secret, mask_text, mask_url
 SCHEMA = "evalfleet.experiment_metadata/1"
 MANIFEST_SCHEMA = "evalfleet.experiment_manifest/1"
 UNFINISHED = ("starting", "running")
+EXPERIMENT_ID = re.compile(r"[0-9a-f]{32}")  # uuid4().hex: what a resume keeps
 RESERVE_BYTES = 64 << 10  # with twice the document's size: room for the last status on a full disk
 
 
@@ -110,9 +113,12 @@ def run_entries(loaded: LoadedExperiment) -> tuple[dict[str, Any], list[dict[str
 
 
 def metadata_document(out: Path, loaded: LoadedExperiment, *, backend: str, status: str, resumed: bool = False,
-                      argv: list[str] | None = None) -> dict[str, Any]:
+                      argv: list[str] | None = None, experiment_id: str | None = None,
+                      step: int | None = None) -> dict[str, Any]:
     """experiment_metadata.json's content at `status` for a run of `loaded` into `out` (its experiment.yaml, when
-    written, is the config hashed): git, config hash, versions, the masked command line, backend, this host."""
+    written, is the config hashed): git, config hash, versions, the masked command line, backend, this host.
+    `experiment_id` names this output folder's Experiment for good (a new one unless resuming: the results store
+    replaces an Experiment's rows by it); `step`: the training step evaluate() was given."""
     try:
         config = hashlib.sha256((out / EXPERIMENT_FILE).read_bytes()).hexdigest()
     except OSError:
@@ -121,7 +127,8 @@ def metadata_document(out: Path, loaded: LoadedExperiment, *, backend: str, stat
     theirs = git_state(Path(loaded.path).resolve().parent) if loaded.path else None
     runs, _ = run_entries(loaded)
     return {
-        "schema": SCHEMA, "status": status, "started_at": _now(), "running_at": None, "finished_at": None,
+        "schema": SCHEMA, "experiment_id": experiment_id or uuid.uuid4().hex, "step": step,
+        "status": status, "started_at": _now(), "running_at": None, "finished_at": None,
         "experiment": loaded.experiment.name, "experiment_file": str(loaded.path),
         "config_sha256": config, "git": None if here is None else {k: here[k] for k in ("commit", "dirty")},
         "experiment_git": (None if theirs is None or (here and theirs["root"] == here["root"])
@@ -157,21 +164,25 @@ class RunMetadata:
     """The metadata of one invocation on one output folder; `set_status` rewrites the file."""
 
     def __init__(self, out: Path, loaded: LoadedExperiment, *, backend: str, resume: bool,
-                 argv: list[str] | None = None):
+                 argv: list[str] | None = None, step: int | None = None):
         self.path = out / METADATA_FILE
         previous: list[Any] = []
+        experiment_id = None
         if resume:
             try:
                 before = json.loads(self.path.read_text())
             except (OSError, ValueError):
                 before = None
             if isinstance(before, dict):
+                kept = before.get("experiment_id")
+                experiment_id = kept if isinstance(kept, str) and EXPERIMENT_ID.fullmatch(kept) else None
                 previous = list(before.get("previous") or [])
                 gone = {k: v for k, v in before.items() if k != "previous"}
                 if gone.get("status") in UNFINISHED:  # the process ended without saying so: killed
                     gone.update(status="interrupted", found_on="resume")
                 previous.append(gone)
-        self.doc = metadata_document(out, loaded, backend=backend, status="starting", resumed=resume, argv=argv)
+        self.doc = metadata_document(out, loaded, backend=backend, status="starting", resumed=resume, argv=argv,
+                                     experiment_id=experiment_id, step=step)
         if previous:
             self.doc["previous"] = previous
         self.reserve = internal_dir(out) / SPACE_RESERVE_FILE
@@ -222,10 +233,11 @@ class RunMetadata:
 
 
 @contextmanager
-def recorded(out: Path, loaded: LoadedExperiment, *, backend: str, resume: bool) -> Iterator[RunMetadata]:
+def recorded(out: Path, loaded: LoadedExperiment, *, backend: str, resume: bool,
+             step: int | None = None) -> Iterator[RunMetadata]:
     """The metadata around a run: starting now, `running` when the caller says, then finished, interrupted
     (Ctrl-C, SIGTERM) or failed (a full disk too: the reserve is freed for that last write)."""
-    meta = RunMetadata(out, loaded, backend=backend, resume=resume)
+    meta = RunMetadata(out, loaded, backend=backend, resume=resume, step=step)
     with sigterm_interrupts():  # SIGTERM stops the run like Ctrl-C, where nobody else handles it
         try:
             yield meta
