@@ -17,7 +17,8 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 LAYERS: list[set[str]] = [
     {"evalfleet", "evalfleet.errors", "evalfleet.registry", "evalfleet.seeding", "evalfleet.textlayout",
      "evalfleet.secrets", "evalfleet.shell", "evalfleet.feedback", "evalfleet.process_exit", "evalfleet.forking",
-     "evalfleet.interpreter", "evalfleet.layout", "evalfleet.arena_format", "evalfleet.backend_registry"},
+     "evalfleet.interpreter", "evalfleet.layout", "evalfleet.arena_format", "evalfleet.backend_registry",
+     "evalfleet.bounded_json"},
     {"evalfleet.sim"},
     {"evalfleet.policies"},
     {"evalfleet.serving", "evalfleet.plugins"},

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from evalfleet import bounded_json
 from evalfleet.execution.run_metadata import finished_fields, manifest_document, metadata_document
 from evalfleet.experiment.loading import LoadedExperiment
 from evalfleet.layout import MANIFEST_FILE, METADATA_FILE, RESULT_FILE
@@ -61,7 +62,7 @@ def write_submitted(out: Path, loaded: LoadedExperiment, *, backend: str, submis
 
 def read_json(loc: Location, name: str) -> Any:
     try:
-        return json.loads(loc.read_bytes(name)) if loc.is_file(name) else None
+        return bounded_json.loads(loc.read_bytes(name)) if loc.is_file(name) else None
     except (OSError, ValueError):
         return None
 

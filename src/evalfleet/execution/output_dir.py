@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 
+from evalfleet import bounded_json
 from evalfleet.errors import UserError
 from evalfleet.experiment.loading import LoadedExperiment
 from evalfleet.experiment.safe_yaml import parse_yaml, read_text_bounded
@@ -155,7 +156,7 @@ def write_atomic(path: Path, text: str) -> None:
 def write_run_status(out: Path, run: str, **fields: Any) -> None:
     path = run_status_path(out, run)
     try:
-        current = json.loads(path.read_text())
+        current = bounded_json.loads(path.read_text())
     except (OSError, ValueError):
         current = {"run": run}
     current.update(fields)

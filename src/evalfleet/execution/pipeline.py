@@ -9,13 +9,13 @@ table or parses arguments: the CLI does that with what `run` returns.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 from pathlib import Path
 from typing import Callable, Iterable
 
+from evalfleet import bounded_json
 from evalfleet.backend_registry import DEFAULT_BACKEND
 from evalfleet.errors import OutOfSpace, UserError, out_of_space
 from evalfleet.execution.backends import Backend, ExecutionJob, WorkerResult, check_capabilities, get_backend
@@ -157,7 +157,7 @@ def spec_mismatch(out: Path, run: str) -> str | None:
     from evalfleet.execution.worker import REFUSED_RUNS
 
     try:
-        status = json.loads(run_status_path(out, run).read_text())
+        status = bounded_json.loads(run_status_path(out, run).read_text())
     except (OSError, ValueError):
         return None
     if isinstance(status, dict) and status.get("failed_because") in REFUSED_RUNS:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -10,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalfleet import bounded_json
 from evalfleet.execution.threads import any_running, wait_any
 from evalfleet.rollout.records import RunScope, precedence
 from evalfleet.rollout.records import run_logs
@@ -106,7 +106,7 @@ class ProgressTracker:
                     tail = self._tails[path] = LogTail(path)
                 for line in tail.new_lines():
                     try:
-                        rec = json.loads(line)
+                        rec = bounded_json.loads(line)
                     except ValueError:
                         continue
                     if not isinstance(rec, dict) or RunScope(name, progress.planned or None).reason_to_reject(rec):

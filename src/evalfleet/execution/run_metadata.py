@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from evalfleet import bounded_json
 from evalfleet import __version__
 from evalfleet.errors import out_of_space
 from evalfleet.execution.output_dir import write_atomic
@@ -170,7 +171,7 @@ class RunMetadata:
         experiment_id = None
         if resume:
             try:
-                before = json.loads(self.path.read_text())
+                before = bounded_json.loads(self.path.read_text())
             except (OSError, ValueError):
                 before = None
             if isinstance(before, dict):
@@ -220,7 +221,7 @@ class RunMetadata:
     def finish(self, status: str, error: BaseException | None = None) -> None:
         result = self.path.with_name(RESULT_FILE)  # the collected copy says what the file says
         try:
-            doc = json.loads(result.read_text())
+            doc = bounded_json.loads(result.read_text())
         except (OSError, ValueError):
             doc = None
         self.set_status(status, **finished_fields(self.doc, doc, error))  # this host and every worker's

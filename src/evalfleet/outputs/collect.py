@@ -317,8 +317,9 @@ def _collect(sources: list[str], output: str, *, endpoint_url: str | None, repor
         if not loc.same_place(dest) and loc.isdir(PLOTS_DIR):
             for rel in loc.walk_files(PLOTS_DIR):
                 _copy_if_changed(loc, rel, dest, rel)
-    result["skipped_files"] = skipped_files(locations)  # with what copying the videos and plots found
     result.update(collect_facts(locations, runs, dest, collect_s=watch.seconds()))  # metadata, manifest, timings
+    # with what copying the videos and plots found, and the facts' files that were not JSON (or too deep)
+    result["skipped_files"] = skipped_files(locations)
     dest.write_bytes(RESULT_FILE, (json.dumps(finite_json(result), indent=2, sort_keys=False, allow_nan=False)
                                    + "\n").encode())
     collected = Collected(result, runs, dest, tables=tables)

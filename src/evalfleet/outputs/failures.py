@@ -14,10 +14,10 @@ identities: a changed protocol is a different measurement.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, Iterable
 
+from evalfleet import bounded_json
 from evalfleet.errors import UserError
 from evalfleet.sim.protocol import COMMON_CODES, ENV_ERROR, POLICY_ERROR, SERVER_LOST, STEP_LIMIT
 
@@ -183,7 +183,7 @@ def read_protocol(places: Iterable[tuple[Any, str]]) -> dict[str, Any] | None:
         if not loc.is_file(rel):
             continue
         try:
-            doc = json.loads(loc.read_bytes(rel))
+            doc = bounded_json.loads(loc.read_bytes(rel))
         except (ValueError, UnicodeDecodeError) as exc:
             raise UserError(f"not valid JSON ({exc}); rerun the Run, or delete the file to collect without its "
                             "codes' descriptions", where=loc.display(rel)) from None

@@ -3,7 +3,6 @@ reading the records once; and `write_report`, the report of a folder that is alr
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -11,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalfleet import bounded_json
 from evalfleet.errors import UserError
 from evalfleet.feedback import is_long
 from evalfleet.rollout.run_folder import planned_episodes
@@ -136,7 +136,7 @@ def _read_result(loc: Location) -> dict[str, Any] | None:
     if not loc.is_file(RESULT_FILE):
         return None
     try:
-        result = json.loads(loc.read_bytes(RESULT_FILE))
+        result = bounded_json.loads(loc.read_bytes(RESULT_FILE))
     except (ValueError, UnicodeDecodeError) as exc:
         raise UserError(f"not valid JSON ({exc}); run `evalfleet collect` again",
                         where=loc.display(RESULT_FILE)) from None

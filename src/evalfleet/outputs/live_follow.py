@@ -11,12 +11,12 @@ Arena's own record files are not followed live (the final page, collect's index.
 
 from __future__ import annotations
 
-import json
 import os
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from evalfleet import bounded_json
 from evalfleet.errors import UserError
 from evalfleet.layout import EXPERIMENT_FILE, METADATA_FILE, REPORT_FILE, RESULT_FILE
 from evalfleet.outputs.run_sources import find_runs
@@ -255,7 +255,7 @@ class FolderFollower:
         if not self._exists(rel):
             return None
         try:
-            doc = json.loads(self.location.read_bytes(rel))
+            doc = bounded_json.loads(self.location.read_bytes(rel))
         except (UserError, OSError, ValueError):
             return self.metadata if rel == METADATA_FILE else None  # being rewritten: keep what was read
         return doc if isinstance(doc, dict) else None

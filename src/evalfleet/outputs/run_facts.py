@@ -16,6 +16,7 @@ import json
 import time
 from typing import Any
 
+from evalfleet import bounded_json
 from evalfleet.layout import (ARENA_METADATA_FILE, ARENA_TIMINGS_FILE, INTERNAL_DIR, MANIFEST_FILE, METADATA_FILE,
                               RUN_TIMINGS_DIR, RUN_TIMINGS_FILE, TIMINGS_FILE)
 from evalfleet.outputs.storage import Location
@@ -29,7 +30,7 @@ def _read_json(loc: Location, rel: str) -> Any:
     if not loc.is_file(rel):
         return None
     try:
-        return json.loads(loc.read_bytes(rel))
+        return bounded_json.loads(loc.read_bytes(rel))
     except (ValueError, UnicodeDecodeError) as exc:
         loc.skipped[rel] = f"not valid JSON ({exc})"
         return None

@@ -104,10 +104,9 @@ def summarise_run(name: str, records: list[dict[str, Any]], status: dict[str, An
     planned = status.get("planned_episodes")
     planned = int(planned) if isinstance(planned, (int, float)) else None
     decided = counts["success"] + counts["failure"]
-    if planned is not None:
-        missing = sum(1 for e in range(planned) if e not in recorded_episodes)
-    else:
-        missing = None
+    # Counted from the records, not by walking the plan: the plan comes from a run_status.json and may be huge.
+    missing = None if planned is None else planned - sum(1 for e in recorded_episodes
+                                                         if e is not None and 0 <= e < planned)
     state = status.get("state")
     reason = status.get("reason")
     notes = []

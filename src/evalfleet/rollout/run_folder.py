@@ -8,7 +8,8 @@ which records count is `records.RunRecords`' decision, fed by the callers (`outp
 The rules are the same for collect and the analyses: evalfleet's files (the merged episode_results.jsonl, then
 parts/*.jsonl) and, beside no merged file, Arena's files (named as Arena names them) in Arena's order, numbered by
 Arena's `global_episode_index` plus the episodes of the files before (`folder_records`); a run_status.json whose
-`planned_episodes` is not a whole number >= 0 (or null) is refused, naming it (`read_status`).
+`planned_episodes` is not a whole number in 0..MAX_PLANNED (or null) is refused, naming it (`read_status`).
+JSON is read with `bounded_json`'s bounds: these files come from wherever the folder came from.
 
 A reader is anything with `read_bytes(rel)` and `display(rel)` (`FolderReader`): `Location` is one.
 """
@@ -20,9 +21,14 @@ import json.scanner
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
+from evalfleet import bounded_json
 from evalfleet.arena_format import arena_file_order, arena_record
 from evalfleet.errors import UserError
 from evalfleet.layout import PARTS_DIR, RECORDS_FILE, RECORDS_SUFFIX, STATUS_FILE
+
+# A Run's planned episodes as a run_status.json may state them: a thousand times the Experiment schema's cap per
+# Run, so any plan a runner could have run; beyond it the file is not a Run's status (and nothing loops over it).
+MAX_PLANNED = 10**9
 
 
 class FolderReader(Protocol):
@@ -82,8 +88,8 @@ def run_files(names: Iterable[str], part_names: Iterable[str] = (), *, status: b
 # --- record lines ----------------------------------------------------------------------------------------
 
 def parse_record_lines(data: bytes) -> list[tuple[dict[str, Any], str]]:
-    """(record, line) for every complete JSON object line; a torn last line and garbled lines are dropped.
-    Which of them count for a Run is `RunRecords`' decision."""
+    """(record, line) for every complete JSON object line; a torn last line, garbled lines and lines nesting deeper
+    than `bounded_json.MAX_DEPTH` are dropped. Which of them count for a Run is `RunRecords`' decision."""
     text = data.decode("utf-8", errors="replace")
     lines = text.split("\n")
     lines.pop()  # the text after the last "\n": empty, or a torn line
@@ -91,7 +97,7 @@ def parse_record_lines(data: bytes) -> list[tuple[dict[str, Any], str]]:
     scan = _SCAN_JSON  # json.loads without its per-call checks (a large collect parses millions of lines)
     for line in lines:
         line = line.strip()
-        if not line:
+        if not line or bounded_json.too_deep(line):
             continue
         try:
             rec, end = scan(line, 0)
@@ -144,17 +150,21 @@ def arena_records(reader: FolderReader, files: list[str], *, run: str, status: d
 # --- run_status.json -------------------------------------------------------------------------------------
 
 def read_status(reader: FolderReader, rel: str) -> dict[str, Any]:
-    """A run_status.json; UserError naming it when it is not a JSON object."""
+    """A run_status.json; UserError naming it when it is not a JSON object (`bounded_json`'s bounds) or its
+    planned_episodes is not a whole number in 0..MAX_PLANNED (or null)."""
     try:
-        status = json.loads(reader.read_bytes(rel))
+        status = bounded_json.loads(reader.read_bytes(rel))
     except ValueError as exc:
-        raise UserError(f"not valid JSON ({exc})", where=reader.display(rel)) from None
+        raise UserError(f"not valid JSON ({exc}); correct it or delete the file to hold the Run to experiment.yaml's "
+                        "plan", where=reader.display(rel)) from None
     if not isinstance(status, dict):
         raise UserError("expected a JSON object", where=reader.display(rel))
     planned = status.get("planned_episodes")
-    if planned is not None and (not isinstance(planned, int) or isinstance(planned, bool) or planned < 0):
-        raise UserError(f"must be a whole number >= 0 or null, not {str(planned)[:60]!r}; correct it (the Run's "
-                        "planned episode count) or delete the file to hold the Run to experiment.yaml's plan",
+    if planned is not None and (not isinstance(planned, int) or isinstance(planned, bool)
+                                or not 0 <= planned <= MAX_PLANNED):
+        raise UserError(f"must be a whole number in 0..{MAX_PLANNED:,} or null, not {str(planned)[:60]!r}; correct "
+                        "it (the Run's planned episode count) or delete the file to hold the Run to experiment.yaml's "
+                        "plan",
                         where=reader.display(rel), key="planned_episodes")
     return status
 
