@@ -538,6 +538,64 @@ def test_reader_closing_the_pipe_after_one_line_is_a_normal_end(tmp_path: Path) 
     assert rc == 0 and err == "", (rc, err)
 
 
+# --------------------------------------------------------------- recorded-latency files (issue #52, finding 10)
+
+def _fifo(path: Path) -> Path:
+    os.mkfifo(path)
+    return path
+
+
+def _written(name: str, text: str) -> Callable[[Path], Path]:
+    def make(tmp: Path) -> Path:
+        (tmp / name).write_text(text)
+        return tmp / name
+    return make
+
+
+LATENCY_FILES = {  # id: (the file, made in a folder of its own; what the line must say besides the path and key)
+    "dev-zero": (lambda tmp: Path("/dev/zero"), "not a regular file"),
+    "fifo": (lambda tmp: _fifo(tmp / "latencies.fifo"), "not a regular file"),
+    "a-folder": (lambda tmp: tmp, "folder"),
+    "100000-deep-list": (_written("deep.json", "[" * 100_000 + "]" * 100_000), "nested more than 64 levels"),
+    "65-deep-record-line": (_written("deep.jsonl", '{"policy_latency_ms": 5, "x": ' + "[" * 65 + "]" * 65 + "}\n"),
+                            "nested more than 64 levels"),
+    "100001-values": (_written("many.json", "[" + ",".join(["1"] * 100_001) + "]"), "more than 100,000"),
+}
+
+
+def _memory_guard() -> None:
+    """A reader of /dev/zero fails the test with a MemoryError instead of exhausting the machine."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (2**30, 2**30))
+
+
+@pytest.mark.parametrize("case_id", list(LATENCY_FILES))
+def test_a_recorded_latency_file_that_is_no_list_of_latencies_is_refused_at_plan(case_id: str,
+                                                                                tmp_path: Path) -> None:
+    make, part = LATENCY_FILES[case_id]
+    folder = tmp_path / "files"
+    folder.mkdir()
+    path = make(folder)
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(run_doc(timing=f"{{mode: simulated, latency: {{recorded: '{path}'}}}}"))
+    proc = subprocess.run([sys.executable, "-m", "evalfleet.cli", "plan", str(exp)], capture_output=True, text=True,
+                          env=ENV, timeout=60, preexec_fn=_memory_guard)  # guards: a hang or a memory hog fails
+    check_line(proc.stderr, proc.returncode, str(path), f"{RUN}.timing.latency.recorded", (part,))
+
+
+def test_a_recorded_latency_file_of_lines_and_records_is_read(tmp_path: Path, capsys) -> None:
+    """The harness can fail: numbers, a record with policy_latency_ms and one without, a blank line."""
+    (tmp_path / "latencies.jsonl").write_text('10\n\n{"policy_latency_ms": 30.5}\n{"episode": 2}\n20\n')
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(run_doc(timing="{mode: simulated, latency: {recorded: latencies.jsonl}}"))
+    assert main(["plan", str(exp)]) == 0, capsys.readouterr().err
+    from evalfleet.experiment.loading import load_experiment
+
+    latency = load_experiment(str(exp)).experiment.runs["push_expert"].timing.latency
+    assert latency.recorded == [10.0, 30.5, 20.0]
+
+
 # ------------------------------------------------------------------- resume over garbled part files (tolerated)
 
 GARBLED_PARTS = {

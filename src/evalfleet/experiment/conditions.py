@@ -27,6 +27,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from evalfleet import bounded_json
 from evalfleet.arena_format import flat_variations
 from evalfleet.errors import UserError
 from evalfleet.experiment.safe_yaml import plain_tree, read_text_bounded
@@ -120,11 +121,10 @@ def _not_a_number(text: str) -> Any:
 
 
 def parse_json(text: str, where: str, key: str | None = None) -> Any:
-    try:
-        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_not_a_number)
-    except RecursionError:
-        raise UserError("nested too deeply", where=where, key=key) from None
-    except ValueError as exc:  # json.JSONDecodeError is one
+    try:  # the file's size is bounded by its reader (read_set_file)
+        value = bounded_json.loads(text, max_bytes=None, object_pairs_hook=_no_duplicates,
+                                   parse_constant=_not_a_number)
+    except ValueError as exc:  # json.JSONDecodeError and bounded_json.JsonBoundsError are ones
         raise UserError(f"not valid JSON: {exc}", where=where, key=key) from None
     return plain_tree(value, where, key or "")
 

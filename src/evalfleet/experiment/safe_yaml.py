@@ -102,27 +102,33 @@ def parse_yaml(text: str, where: str) -> Any:
     return plain_tree(doc, where)
 
 
-def read_text_bounded(path: str | Path, where: str | None = None, *, limit: int = MAX_FILE_BYTES) -> str:
-    """The UTF-8 text of a regular file of at most `limit` bytes. Devices (`/dev/zero`), FIFOs and sockets
-    are refused before they are opened (opening a FIFO blocks until someone writes)."""
+def read_text_bounded(path: str | Path, where: str | None = None, *, limit: int = MAX_FILE_BYTES,
+                      what: str = "an Experiment YAML file") -> str:
+    """The UTF-8 text of a regular file of at most `limit` bytes; `what` the file should be, for the messages.
+    Devices (`/dev/zero`), FIFOs and sockets are refused before they are read: opened without blocking (opening a
+    FIFO blocks until someone writes) and checked on the open file, so nothing swapped in after a check is read."""
     where = where or str(path)
     try:
-        info = os.stat(path)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise UserError("file not found; give the path of an Experiment YAML file", where=where) from None
+        raise UserError(f"file not found; give the path of {what}", where=where) from None
+    except IsADirectoryError:
+        raise UserError(f"is a folder; give the path of {what}", where=where) from None
     except OSError as exc:
         raise UserError(f"cannot read the file ({exc.strerror or exc})", where=where) from None
-    if stat.S_ISDIR(info.st_mode):
-        raise UserError("is a folder; give the path of an Experiment YAML file", where=where)
-    if not stat.S_ISREG(info.st_mode):
-        raise UserError("is not a regular file (a device, FIFO or socket); give the path of a YAML file", where=where)
-    if info.st_size > limit:
-        raise UserError(f"the file is {info.st_size:,} bytes; at most {limit:,} are read", where=where)
-    try:
-        with open(path, "rb") as f:
-            data = f.read(limit + 1)  # the file may have grown since stat
-    except OSError as exc:
-        raise UserError(f"cannot read the file ({exc.strerror or exc})", where=where) from None
+    info = os.fstat(fd)
+    problem = ("is a folder" if stat.S_ISDIR(info.st_mode) else
+               "is not a regular file (a device, FIFO or socket)" if not stat.S_ISREG(info.st_mode) else None)
+    if problem or info.st_size > limit:
+        os.close(fd)
+        raise UserError(f"{problem}; give the path of {what}" if problem else
+                        f"the file is {info.st_size:,} bytes; at most {limit:,} are read", where=where)
+    with os.fdopen(fd, "rb") as f:
+        try:
+            os.set_blocking(fd, True)
+            data = f.read(limit + 1)  # the file may have grown since fstat
+        except OSError as exc:
+            raise UserError(f"cannot read the file ({exc.strerror or exc})", where=where) from None
     if len(data) > limit:
         raise UserError(f"the file is larger than {limit:,} bytes", where=where)
     try:

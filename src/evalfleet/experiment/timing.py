@@ -16,12 +16,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from evalfleet import bounded_json
 from evalfleet.errors import UserError
+from evalfleet.experiment.safe_yaml import read_text_bounded
 
 LATENCY_VARIATION = "policy.latency_ms"  # a Run's own variation (not its environment's): one latency per episode
 MAX_LATENCY_MS = 3_600_000.0  # an hour per call
 MAX_CONTROL_HZ = 10_000.0
 MAX_RECORDED = 100_000  # recorded latencies travel inside experiment.yaml
+MAX_RECORDED_BYTES = 128 * 1024 * 1024  # a recorded-latency file: MAX_RECORDED episode records of ~1 KB fit
 LatencyMs = Field(default=None, ge=0, le=MAX_LATENCY_MS, allow_inf_nan=False)
 Ms = Annotated[float, Field(ge=0, le=MAX_LATENCY_MS, allow_inf_nan=False)]
 
@@ -137,22 +140,34 @@ def attach_recorded_latencies(runs: dict[str, Any], where: str) -> dict[str, Any
 
 
 def _read_latencies(path: Path, key: str) -> list[float]:
+    """A recorded-latency file's values: a regular file of at most MAX_RECORDED_BYTES (`/dev/zero` and a FIFO are
+    refused, not read), counted before it is parsed (at most MAX_RECORDED values), each JSON value bounded."""
+    hint = "write one number of ms a line, a JSON list, or episode records with policy_latency_ms"
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read the recorded latencies ({exc.__class__.__name__}: {exc}); give a file of "
-                        "latencies in ms", where=str(path), key=key) from None
+        text = read_text_bounded(path, str(path), limit=MAX_RECORDED_BYTES, what="a file of latencies in ms")
+    except UserError as exc:
+        raise UserError(f"cannot read the recorded latencies: {exc.message}", where=exc.where, key=key) from None
+    stripped = text.strip()
+    listed = stripped.startswith("[")
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    if (stripped.count(",") + 1 if listed else len(lines)) > MAX_RECORDED:
+        raise UserError(f"more than {MAX_RECORDED:,} latencies; {hint} (at most {MAX_RECORDED:,})", where=str(path),
+                        key=key)
+    number = 1
     try:
-        stripped = text.strip()
-        if stripped.startswith("["):
-            values = json.loads(stripped)
+        if listed:
+            values = bounded_json.loads(text, max_bytes=None)
         else:
-            values = [json.loads(line) for line in stripped.splitlines() if line.strip()]
-            values = [v.get("policy_latency_ms") if isinstance(v, dict) else v for v in values]
-            values = [v for v in values if v is not None]
-    except json.JSONDecodeError as exc:
-        raise UserError(f"not a list of latencies ({exc.msg} at line {exc.lineno}); write one number of ms a line, a "
-                        "JSON list, or episode records with policy_latency_ms", where=str(path), key=key) from None
+            values = []
+            for number, line in lines:
+                value = bounded_json.loads(line, max_bytes=None)
+                value = value.get("policy_latency_ms") if isinstance(value, dict) else value
+                if value is not None:
+                    values.append(value)
+    except ValueError as exc:  # json.JSONDecodeError and bounded_json.JsonBoundsError are ValueErrors
+        at = exc.lineno if isinstance(exc, json.JSONDecodeError) and listed else number
+        raise UserError(f"not a list of latencies ({getattr(exc, 'msg', exc)} at line {at}); {hint}", where=str(path),
+                        key=key) from None
     bad = next((v for v in values if isinstance(v, bool) or not isinstance(v, (int, float))
                 or not 0 <= v <= MAX_LATENCY_MS), None)
     if bad is not None or not values or len(values) > MAX_RECORDED:
