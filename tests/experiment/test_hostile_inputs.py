@@ -120,7 +120,7 @@ CATEGORIES: dict[str, list[Case]] = {
         Case("nan-choice-value", noise("{enabled: true, distribution: choice, values: [0.1, .nan]}"),
              f"{RUN}.variations.robot.action_noise.values.1", also=("finite",)),
         Case("nan-as-a-string", noise("{enabled: true, low: 'nan', high: 1}"),
-             f"{RUN}.variations.robot.action_noise.low", also=("finite",)),
+             f"{RUN}.variations.robot.action_noise.low", also=("valid number", "'nan'")),  # a string is no number
         Case("1e400-as-a-string", noise("{enabled: true, low: 0, high: 1e400}"),
              f"{RUN}.variations.robot.action_noise.high", also=("finite",)),
         Case("inf-timeout", run_doc(episode_timeout_s=".inf"), f"{RUN}.episode_timeout_s", also=("finite",)),
@@ -194,6 +194,16 @@ CATEGORIES: dict[str, list[Case]] = {
         Case("recording-a-list", run_doc(recording="[video]"), f"{RUN}.recording"),
         Case("environment-type-a-list", run_doc(environment="{type: [metaworld]}"), f"{RUN}.environment.type"),
         Case("key-with-dots-at-top", "a.b: 1\n" + GOOD, "a.b", also=("unknown key",)),
+        Case("control-hz-a-string", run_doc(timing="{mode: wall_clock, control_hz: '80'}"), f"{RUN}.timing.control_hz",
+             also=("valid number", "'80'")),
+        Case("fixed-ms-a-bool", run_doc(timing="{mode: simulated, latency: {fixed_ms: true}}"),
+             f"{RUN}.timing.latency.fixed_ms", also=("valid number",)),
+        Case("alpha-a-string", "stopping: {compare: {baseline: metaworld_expert, alpha: '0.05'}}\n" + GOOD,
+             "stopping.compare.alpha", also=("valid number",)),
+        Case("timeout-a-string", run_doc(episode_timeout_s="'600'"), f"{RUN}.episode_timeout_s",
+             also=("valid number",)),
+        Case("sampler-low-a-bool", noise("{enabled: true, low: true, high: 1}"),
+             f"{RUN}.variations.robot.action_noise.low", also=("valid number",)),
     ],
     "overrides": [
         Case("override-without-equals", GOOD, "", overrides=("runs.push_expert.rollout_limit.num_episodes",),
@@ -228,6 +238,8 @@ CATEGORIES: dict[str, list[Case]] = {
         Case("override-run-itself", GOOD, "", overrides=("runs.push_expert=3",), where="command line"),
         Case("override-empty-segment", GOOD, "", overrides=("runs..task=x",), where="command line",
              also=("empty key segment",)),
+        Case("override-number-a-string", GOOD, "", overrides=("runs.push_expert.episode_timeout_s='600'",),
+             where="command line", also=("runs.push_expert.episode_timeout_s", "valid number")),
     ],
 }
 CASES = [(category, case) for category, cases in CATEGORIES.items() for case in cases]
@@ -321,6 +333,21 @@ def test_the_good_file_passes_the_same_commands(tmp_path: Path, monkeypatch: pyt
     small_bomb.write_text("x: &x [1, 2]\ny: [*x, *x]\n" + GOOD)  # aliases within the limits are fine
     assert main(["plan", str(small_bomb)]) == 2  # x, y are unknown keys: the anchors themselves loaded
     assert "unknown key 'x'" in capsys.readouterr().err
+
+
+def test_numbers_in_exponent_form_and_from_overrides_load_as_numbers(tmp_path: Path) -> None:
+    """Numbers take numbers only, so YAML 1.2's `1e2` (a string to YAML 1.1) must read as one, in the file and in an
+    override; whole numbers are numbers too."""
+    from evalfleet.experiment.loading import load_experiment
+
+    path = tmp_path / "exp.yaml"
+    path.write_text("stopping: {compare: {baseline: metaworld_expert, alpha: 5e-2}}\n"
+                    + run_doc(rollout_limit="{num_episodes: 20}", episode_timeout_s="6e2",
+                              timing="{mode: simulated, control_hz: 80, latency: {recorded: [1e2, 2.5E+1, 3]}}"))
+    run = load_experiment(path, ["runs.push_expert.timing.control_hz=1.25e2", "stopping.compare.alpha=1e-3"]
+                          ).experiment.runs["push_expert"]
+    assert run.episode_timeout_s == 600.0 and run.stopping.compare.alpha == 0.001
+    assert run.timing.control_hz == 125.0 and run.timing.latency.recorded == [100.0, 25.0, 3.0]
 
 
 # ------------------------------------------------------------------------------------- command-line flags

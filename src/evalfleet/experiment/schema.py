@@ -14,6 +14,8 @@ from evalfleet.experiment.timing import Timing
 
 # Counts and seeds take whole numbers only: lax pydantic would read `num_episodes: true` as 1.
 Int = Annotated[int, Strict()]
+# Other numbers take numbers only (a whole number is one): lax pydantic would read `alpha: '0.05'` or `true`.
+Float = Annotated[float, Strict()]
 
 # Every value has bounds, so nothing downstream meets a NaN, an overflow or a size the machine cannot
 # hold. The limits are far above any real evaluation and far below what would hang a plan or a runner.
@@ -38,8 +40,8 @@ RUN_NAME = re.compile(rf"[A-Za-z_][A-Za-z0-9_-]{{0,{MAX_NAME - 1}}}")
 # The Experiment's name becomes part of folder and workflow names (outputs/<name>-<time>).
 EXPERIMENT_NAME = re.compile(rf"[A-Za-z0-9_][A-Za-z0-9_.-]{{0,{MAX_NAME - 1}}}")
 
-Seconds = Annotated[float, Field(allow_inf_nan=False, gt=0, le=MAX_SECONDS)]
-SamplerNumber = Annotated[float, Field(allow_inf_nan=False, ge=-MAX_SAMPLER, le=MAX_SAMPLER)]
+Seconds = Annotated[float, Strict(), Field(allow_inf_nan=False, gt=0, le=MAX_SECONDS)]
+SamplerNumber = Annotated[float, Strict(), Field(allow_inf_nan=False, ge=-MAX_SAMPLER, le=MAX_SAMPLER)]
 SamplerValue = SamplerNumber | list[SamplerNumber]
 
 
@@ -217,25 +219,25 @@ class Recording(Strict):
     every_step: bool = False  # a frame after every control step, not only the `fps` frames (rollout/video.py)
     # Meshes in video frames are simplified so no vertex moves more than this many pixels (sim/mesh_detail.py);
     # 0 draws them whole. A policy's own camera images are never simplified.
-    mesh_tolerance_px: float = Field(default=1.0, ge=0, le=MAX_MESH_TOLERANCE_PX, allow_inf_nan=False)
+    mesh_tolerance_px: Float = Field(default=1.0, ge=0, le=MAX_MESH_TOLERANCE_PX, allow_inf_nan=False)
 
 
 class Precision(Strict):
     """`stopping.precision`: stop a Run once its anytime-valid 95% interval is at most 2 * half_width wide."""
 
-    half_width: float = Field(gt=0, le=0.5, allow_inf_nan=False)
+    half_width: Float = Field(gt=0, le=0.5, allow_inf_nan=False)
 
 
 class Compare(Strict):
     """`stopping.compare`: on each task, stop each policy-vs-baseline pair of Runs once its paired test decides."""
 
     baseline: str = Field(min_length=1, max_length=MAX_TAG)  # a policy tag (`Run.policy_tag()`) on the same task
-    alpha: float = Field(default=0.05, gt=0, lt=0.5, allow_inf_nan=False)
+    alpha: Float = Field(default=0.05, gt=0, lt=0.5, allow_inf_nan=False)
     spending: Literal["obrien_fleming", "pocock", "hwang_shih_decani"] = "obrien_fleming"
     # An equivalence margin: `no_difference` once the difference's valid interval lies inside (-margin, +margin).
-    margin: float | None = Field(default=None, gt=0, lt=1, allow_inf_nan=False)
+    margin: Float | None = Field(default=None, gt=0, lt=1, allow_inf_nan=False)
     # hwang_shih_decani's parameter (docs/statistics.md): -4 is near O'Brien-Fleming, 1 near Pocock; None: -3.
-    gamma: float | None = Field(default=None, ge=-10, le=5, allow_inf_nan=False)
+    gamma: Float | None = Field(default=None, ge=-10, le=5, allow_inf_nan=False)
 
     @field_validator("gamma")
     @classmethod

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
 
 from evalfleet import bounded_json
 from evalfleet.errors import UserError
@@ -25,8 +25,9 @@ MAX_LATENCY_MS = 3_600_000.0  # an hour per call
 MAX_CONTROL_HZ = 10_000.0
 MAX_RECORDED = 100_000  # recorded latencies travel inside experiment.yaml
 MAX_RECORDED_BYTES = 128 * 1024 * 1024  # a recorded-latency file: MAX_RECORDED episode records of ~1 KB fit
+Float = Annotated[float, Strict()]  # a number, not '200' nor true (a whole number is one)
 LatencyMs = Field(default=None, ge=0, le=MAX_LATENCY_MS, allow_inf_nan=False)
-Ms = Annotated[float, Field(ge=0, le=MAX_LATENCY_MS, allow_inf_nan=False)]
+Ms = Annotated[float, Strict(), Field(ge=0, le=MAX_LATENCY_MS, allow_inf_nan=False)]
 
 
 NEEDS = {"uniform": ("low", "high"), "normal": ("mean", "std"), "choice": ("values",)}  # a sampler's keys
@@ -41,14 +42,14 @@ class LatencySpec(_Strict):
     below 0 is 0); `recorded`: a file of latencies in ms (numbers, a JSON list, or episode records' JSON lines,
     whose `policy_latency_ms` is taken), read at load into the inline list."""
 
-    fixed_ms: float | None = LatencyMs
+    fixed_ms: Float | None = LatencyMs
     distribution: Literal["uniform", "normal", "choice"] | None = None
-    low: float | None = LatencyMs
-    high: float | None = LatencyMs
-    mean: float | None = LatencyMs
-    std: float | None = LatencyMs
+    low: Float | None = LatencyMs
+    high: Float | None = LatencyMs
+    mean: Float | None = LatencyMs
+    std: Float | None = LatencyMs
     values: list[Ms] | None = None
-    recorded: str | list[float] | None = None
+    recorded: str | list[Float] | None = None
 
     @model_validator(mode="after")
     def exactly_one(self) -> "LatencySpec":
@@ -80,7 +81,7 @@ class LatencySpec(_Strict):
 
 class Timing(_Strict):
     mode: Literal["sync", "simulated", "wall_clock"] = "sync"
-    control_hz: float | None = Field(default=None, gt=0, le=MAX_CONTROL_HZ, allow_inf_nan=False)
+    control_hz: Float | None = Field(default=None, gt=0, le=MAX_CONTROL_HZ, allow_inf_nan=False)
     latency: LatencySpec | None = None
     late_action: Literal["hold", "zero"] = "hold"
 
