@@ -159,6 +159,18 @@ CATEGORIES: dict[str, list[Case]] = {
         Case("string-of-100k-characters", run_doc(task="'" + "t" * 100_000 + "'"), f"{RUN}.task",
              also=("characters",)),
     ],
+    "numbers that load but cannot run (issue #52, finding 11)": [
+        Case("recorded-latency-1e308", run_doc(timing="{mode: simulated, latency: {recorded: [5, 1.0e+308]}}"),
+             f"{RUN}.timing.latency.recorded.1", also=("less than or equal to 3600000",)),
+        Case("recorded-latency-1e308-exponent-only", run_doc(timing="{mode: simulated, latency: {recorded: [1e308]}}"),
+             f"{RUN}.timing.latency.recorded.0", also=("less than or equal to 3600000",)),
+        Case("control-hz-1e-300", run_doc(timing="{mode: wall_clock, control_hz: 1e-300}"), f"{RUN}.timing.control_hz",
+             also=("greater than or equal to 0.01",)),
+        Case("alpha-1e-17", "stopping: {compare: {baseline: metaworld_expert, alpha: 1e-17}}\n" + GOOD,
+             "stopping.compare.alpha", also=("greater than or equal to 0.000001",)),
+        Case("alpha-1e-17-of-a-run", run_doc(stopping="{compare: {baseline: metaworld_expert, alpha: 1.0e-17}}"),
+             f"{RUN}.stopping.compare.alpha", also=("greater than or equal to 0.000001",)),
+    ],
     "names that must fit a file system": [
         Case("run-name-ending-in-newline", GOOD.replace("push_expert:", '"push_expert\\n":'), "runs.push_expert\\n",
              also=("bad Run name",)),

@@ -34,6 +34,10 @@ MAX_SAMPLER = 1e9  # sampler bounds: |high - low| stays finite
 MAX_PIXELS = 8_192
 MAX_FPS = 1_000
 MAX_MESH_TOLERANCE_PX = 16.0
+# A comparison is tested at alpha / m (sequential Holm, m up to MAX_RUNS) through the normal quantile of
+# 1 - alpha / 2m, which a float rounds to 1 (a crash) below ~1e-13; one in a million keeps far from that, and
+# is far below any error rate an evaluation's episodes could support.
+MIN_ALPHA = 1e-6
 
 # Names are matched whole (fullmatch; `$` would also accept a trailing newline).
 RUN_NAME = re.compile(rf"[A-Za-z_][A-Za-z0-9_-]{{0,{MAX_NAME - 1}}}")
@@ -232,7 +236,7 @@ class Compare(Strict):
     """`stopping.compare`: on each task, stop each policy-vs-baseline pair of Runs once its paired test decides."""
 
     baseline: str = Field(min_length=1, max_length=MAX_TAG)  # a policy tag (`Run.policy_tag()`) on the same task
-    alpha: Float = Field(default=0.05, gt=0, lt=0.5, allow_inf_nan=False)
+    alpha: Float = Field(default=0.05, ge=MIN_ALPHA, lt=0.5, allow_inf_nan=False)
     spending: Literal["obrien_fleming", "pocock", "hwang_shih_decani"] = "obrien_fleming"
     # An equivalence margin: `no_difference` once the difference's valid interval lies inside (-margin, +margin).
     margin: Float | None = Field(default=None, gt=0, lt=1, allow_inf_nan=False)

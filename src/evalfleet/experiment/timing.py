@@ -23,6 +23,9 @@ from evalfleet.experiment.safe_yaml import read_text_bounded
 LATENCY_VARIATION = "policy.latency_ms"  # a Run's own variation (not its environment's): one latency per episode
 MAX_LATENCY_MS = 3_600_000.0  # an hour per call
 MAX_CONTROL_HZ = 10_000.0
+# One control step per 100 s: slower is no control loop, and a wall-clock step of 1/control_hz seconds must stay a
+# time the clock can count to (control_hz: 1e-300 made every episode an error).
+MIN_CONTROL_HZ = 0.01
 MAX_RECORDED = 100_000  # recorded latencies travel inside experiment.yaml
 MAX_RECORDED_BYTES = 128 * 1024 * 1024  # a recorded-latency file: MAX_RECORDED episode records of ~1 KB fit
 Float = Annotated[float, Strict()]  # a number, not '200' nor true (a whole number is one)
@@ -49,7 +52,8 @@ class LatencySpec(_Strict):
     mean: Float | None = LatencyMs
     std: Float | None = LatencyMs
     values: list[Ms] | None = None
-    recorded: str | list[Float] | None = None
+    # A file's values once read (`attach_recorded_latencies`) or given inline: the same bounds either way.
+    recorded: Annotated[list[Ms], Field(max_length=MAX_RECORDED)] | str | None = None
 
     @model_validator(mode="after")
     def exactly_one(self) -> "LatencySpec":
@@ -81,7 +85,7 @@ class LatencySpec(_Strict):
 
 class Timing(_Strict):
     mode: Literal["sync", "simulated", "wall_clock"] = "sync"
-    control_hz: Float | None = Field(default=None, gt=0, le=MAX_CONTROL_HZ, allow_inf_nan=False)
+    control_hz: Float | None = Field(default=None, ge=MIN_CONTROL_HZ, le=MAX_CONTROL_HZ, allow_inf_nan=False)
     latency: LatencySpec | None = None
     late_action: Literal["hold", "zero"] = "hold"
 
