@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -79,11 +78,6 @@ BoundedSafeLoader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
-# `1e-3`, `1.5e3` and `2E+6` are numbers, as YAML 1.2 reads them; YAML 1.1 (PyYAML) reads them as strings, which
-# the schema's numbers, taking numbers only, would refuse. Checked after YAML 1.1's own float and int forms.
-BoundedSafeLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+$"),
-    list("-+0123456789."))
 
 
 def yaml_error_message(exc: yaml.YAMLError) -> str:

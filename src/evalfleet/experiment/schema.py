@@ -8,14 +8,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
+from evalfleet.experiment.numbers import Float
 from evalfleet.experiment.tracking import Tracking
 
 from evalfleet.experiment.timing import Timing
 
 # Counts and seeds take whole numbers only: lax pydantic would read `num_episodes: true` as 1.
 Int = Annotated[int, Strict()]
-# Other numbers take numbers only (a whole number is one): lax pydantic would read `alpha: '0.05'` or `true`.
-Float = Annotated[float, Strict()]
 
 # Every value has bounds, so nothing downstream meets a NaN, an overflow or a size the machine cannot
 # hold. The limits are far above any real evaluation and far below what would hang a plan or a runner.
@@ -44,8 +43,8 @@ RUN_NAME = re.compile(rf"[A-Za-z_][A-Za-z0-9_-]{{0,{MAX_NAME - 1}}}")
 # The Experiment's name becomes part of folder and workflow names (outputs/<name>-<time>).
 EXPERIMENT_NAME = re.compile(rf"[A-Za-z0-9_][A-Za-z0-9_.-]{{0,{MAX_NAME - 1}}}")
 
-Seconds = Annotated[float, Strict(), Field(allow_inf_nan=False, gt=0, le=MAX_SECONDS)]
-SamplerNumber = Annotated[float, Strict(), Field(allow_inf_nan=False, ge=-MAX_SAMPLER, le=MAX_SAMPLER)]
+Seconds = Annotated[Float, Field(allow_inf_nan=False, gt=0, le=MAX_SECONDS)]
+SamplerNumber = Annotated[Float, Field(allow_inf_nan=False, ge=-MAX_SAMPLER, le=MAX_SAMPLER)]
 SamplerValue = SamplerNumber | list[SamplerNumber]
 
 

@@ -14,10 +14,11 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evalfleet import bounded_json
 from evalfleet.errors import UserError
+from evalfleet.experiment.numbers import Float
 from evalfleet.experiment.safe_yaml import read_text_bounded
 
 LATENCY_VARIATION = "policy.latency_ms"  # a Run's own variation (not its environment's): one latency per episode
@@ -28,9 +29,8 @@ MAX_CONTROL_HZ = 10_000.0
 MIN_CONTROL_HZ = 0.01
 MAX_RECORDED = 100_000  # recorded latencies travel inside experiment.yaml
 MAX_RECORDED_BYTES = 128 * 1024 * 1024  # a recorded-latency file: MAX_RECORDED episode records of ~1 KB fit
-Float = Annotated[float, Strict()]  # a number, not '200' nor true (a whole number is one)
 LatencyMs = Field(default=None, ge=0, le=MAX_LATENCY_MS, allow_inf_nan=False)
-Ms = Annotated[float, Strict(), Field(ge=0, le=MAX_LATENCY_MS, allow_inf_nan=False)]
+Ms = Annotated[Float, Field(ge=0, le=MAX_LATENCY_MS, allow_inf_nan=False)]
 
 
 NEEDS = {"uniform": ("low", "high"), "normal": ("mean", "std"), "choice": ("values",)}  # a sampler's keys

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from evalfleet.experiment.numbers import Float
 
 Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:/ -]+$")]
 Path = Annotated[str, Field(min_length=1, max_length=4096)]
@@ -100,7 +102,7 @@ class Tracking(BaseModel):
     tensorboard: TensorboardOptions | None = None
     trackio: TrackioOptions | None = None
     # The longest one sink may take to log (its network waits are bounded shorter); past it the run goes on.
-    timeout_s: Annotated[float, Strict()] = Field(default=DEFAULT_TIMEOUT_S, gt=0, le=3600, allow_inf_nan=False)
+    timeout_s: Float = Field(default=DEFAULT_TIMEOUT_S, gt=0, le=3600, allow_inf_nan=False)
 
     def sinks(self) -> dict[str, SinkOptions]:
         """The configured sinks, by name, in a fixed order."""
