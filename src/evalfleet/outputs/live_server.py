@@ -124,8 +124,8 @@ class LiveReport:
         while not self.stopped.wait(self.refresh_s):
             try:
                 changed = self.follower.refresh()
-            except (UserError, OSError) as exc:  # a listing that failed now: the next refresh tries again
-                log.warning("live report: %s", exc)
+            except Exception as exc:  # a listing or file that failed now: the next refresh tries again; this
+                log.warning("live report: %s", exc)  # thread never ends on one bad file (the page would freeze)
                 continue
             if changed:
                 view = live_view(self.follower)
