@@ -124,7 +124,7 @@ class LiveReport:
         while not self.stopped.wait(self.refresh_s):
             try:
                 changed = self.follower.refresh()
-            except Exception as exc:  # a listing or file that failed now: the next refresh tries again; this
+            except Exception as exc:  # noqa: BLE001 - one bad refresh must not end the thread: tried again; this
                 log.warning("live report: %s", exc)  # thread never ends on one bad file (the page would freeze)
                 continue
             if changed:
