@@ -36,6 +36,7 @@ COMMANDS = (
     "evalfleet.cli.serve:register",  # serve
     "evalfleet.cli.outputs:register",  # collect, report
     "evalfleet.cli.live:register",  # watch
+    "evalfleet.cli.store:register",  # store add|ls|rm|query
     "evalfleet.cli.analysis:register",  # plot, sensitivity, compare, power
 )
 

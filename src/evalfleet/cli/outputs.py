@@ -64,6 +64,10 @@ def _collect(args: argparse.Namespace) -> int:
     _print_runs(result)
     if by_status.get("failed") or by_status.get("partial"):
         print("evalfleet: some Runs are partial or failed; see experiment_result.json", file=sys.stderr)
+    from evalfleet.store.automatic import add_if_named, declared_in_output
+
+    add_if_named(args.output, declared_in_output(args.output, endpoint_url=args.s3_endpoint),
+                 endpoint_url=args.s3_endpoint, log=lambda line: print(line, file=sys.stderr))
     return 0
 
 

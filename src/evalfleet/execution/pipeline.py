@@ -28,6 +28,7 @@ from evalfleet.experiment.plan import Plan, make_plan
 from evalfleet.experiment.validation import require_executable
 from evalfleet.layout import METADATA_FILE, RUN_TIMINGS_FILE, internal_dir, run_status_path
 from evalfleet.outputs.finalize import Preload, finalize
+from evalfleet.store.automatic import add_if_named
 from evalfleet.outputs.output_lock import OutputLock
 from evalfleet.outputs.result import ExperimentResult
 from evalfleet.outputs.tracking import check_tracking, log_to_trackers
@@ -92,6 +93,7 @@ def run(experiment: str | os.PathLike[str] | LoadedExperiment, *, overrides: Ite
                 preloading.wait()
                 result = finalize_output(loaded, out)
             log_to_trackers(loaded, out, result, step=tracking_step, log=log)
+            add_if_named(str(out), loaded.experiment.store, log=log)  # the results store, when one is named
         except OSError as exc:
             if not out_of_space(exc):
                 raise

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
 from evalfleet.experiment.numbers import Float
-from evalfleet.experiment.tracking import Tracking
+from evalfleet.experiment.tracking import Tracking, no_credentials
 
 from evalfleet.experiment.timing import Timing
 
@@ -361,6 +361,9 @@ class Experiment(Strict):
     stopping: Stopping | None = None
     # Experiment trackers the results are logged to (experiment/tracking.py, outputs/tracking/).
     tracking: Tracking | None = None
+    # A results store (evalfleet/store/) the collected output is added to at the end of run/collect/evaluate:
+    # a folder or an fsspec URL (s3://bucket/prefix); $EVALFLEET_STORE when not given.
+    store: str | None = Field(default=None, min_length=1, max_length=4096)
 
     @field_validator("name")
     @classmethod
@@ -371,6 +374,11 @@ class Experiment(Strict):
                 f"'-' and '.' (starting with a letter, digit or '_'), at most {MAX_NAME} characters"
             )
         return v
+
+    @field_validator("store")
+    @classmethod
+    def store_without_credentials(cls, v: str | None) -> str | None:
+        return no_credentials(v, "set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or your filesystem's variables)")
 
     @field_validator("runs")
     @classmethod

@@ -39,7 +39,7 @@ from evalfleet.outputs.run_facts import Stopwatch, collect_facts
 from evalfleet.outputs.run_sources import (MAX_DEPTH, RunSource, files_to_read, find_sources, in_experiment_order,
                                            location_name, read_experiment, skipped_files)
 from evalfleet.outputs.staging import Staging
-from evalfleet.outputs.storage import Location, check_endpoint, is_url, open_location
+from evalfleet.outputs.storage import Location, check_endpoint, is_url, open_location, storage_errors
 from evalfleet.outputs.stopping_result import add_stopping
 from evalfleet.outputs.summary import build_result, finite_json, provenance
 from evalfleet.process_exit import sigterm_interrupts
@@ -260,19 +260,9 @@ def collect_runs(sources: list[str], output: str, *, endpoint_url: str | None = 
         check_endpoint(endpoint_url, where="command line", key="--s3-endpoint")
     urls = ", ".join(mask_url(t) for t in [*sources, output] if is_url(t)) or mask_url(output)
     # A local output another run is writing is refused; SIGTERM ends the collect like Ctrl-C: staging removed.
-    try:
+    with storage_errors(urls):
         with (contextlib.nullcontext() if is_url(output) else writing(output)), sigterm_interrupts():
             return _collect(sources, output, endpoint_url=endpoint_url, report=report, tables=tables or report)
-    except PermissionError as exc:
-        raise UserError(f"access denied ({mask_url(str(exc))}); check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY "
-                        "and the endpoint (--s3-endpoint or EVALFLEET_S3_ENDPOINT)", where=urls) from None
-    except Exception as exc:
-        # Remote storage failures (no credentials, endpoint unreachable) are the user's settings to fix.
-        if type(exc).__module__.split(".")[0] not in ("botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs"):
-            raise
-        raise UserError(f"storage error: {type(exc).__name__}: {mask_url(str(exc))}; check the endpoint "
-                        "(--s3-endpoint or EVALFLEET_S3_ENDPOINT) and credentials (AWS_ACCESS_KEY_ID / "
-                        "AWS_SECRET_ACCESS_KEY)", where=urls) from None
 
 
 def _collect(sources: list[str], output: str, *, endpoint_url: str | None, report: bool,

@@ -15,6 +15,7 @@ where the source allowed it). Nothing is written through a link leading out of t
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
@@ -245,6 +246,15 @@ class Location:
         else:
             self.fs.pipe_file(path, data)
 
+    def remove(self, rel: str) -> None:
+        """Delete one file if it is there (locally never through a link leading out of this folder)."""
+        path = self.join(rel)
+        if self.is_local:
+            self._writable_local(path)
+            _unlink(path)
+        elif self.fs.exists(path):
+            self.fs.rm_file(path)
+
     def move_in(self, local_path: str, rel: str) -> None:
         """Put a local file (a staged one, `outputs.staging`) at `rel`: renamed into place on the same local
         filesystem, else copied (and the local file left for its owner to delete)."""
@@ -317,6 +327,26 @@ def _unlink(path: str) -> None:
 def _protocol(fs: Any) -> str:
     proto = getattr(fs, "protocol", "")
     return proto[0] if isinstance(proto, (tuple, list)) else str(proto)
+
+
+REMOTE_LIBRARIES = ("botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs")
+
+
+@contextlib.contextmanager
+def storage_errors(where: str) -> Iterator[None]:
+    """Remote storage failures (access denied, no credentials, an endpoint that does not answer) as one UserError
+    naming `where` and what to check; any other error passes through."""
+    try:
+        yield
+    except PermissionError as exc:
+        raise UserError(f"access denied ({mask_url(str(exc))}); check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY "
+                        "and the endpoint (--s3-endpoint or EVALFLEET_S3_ENDPOINT)", where=where) from None
+    except Exception as exc:
+        if type(exc).__module__.split(".")[0] not in REMOTE_LIBRARIES:
+            raise
+        raise UserError(f"storage error: {type(exc).__name__}: {mask_url(str(exc))}; check the endpoint "
+                        "(--s3-endpoint or EVALFLEET_S3_ENDPOINT) and credentials (AWS_ACCESS_KEY_ID / "
+                        "AWS_SECRET_ACCESS_KEY)", where=where) from None
 
 
 def open_location(target: str, *, endpoint_url: str | None = None, role: str = "source") -> Location:
