@@ -215,3 +215,29 @@ def test_removing_an_experiment_is_explicit(output, filled: Path) -> None:
     assert proc.returncode == 0 and experiment_id in proc.stdout
     assert results_store.open(str(filled)).experiments() == []
     assert in_store(str(filled)) == {}
+
+
+def test_evaluation_during_training_adds_one_experiment_per_step(tmp_path: Path, monkeypatch) -> None:
+    """evaluate(step=...) with EVALFLEET_STORE set: one Experiment per step, the step kept on the Experiment and
+    its Runs, and a policy revision per step (a checkpoint is a revision)."""
+    import importlib.util
+
+    from evalfleet_testkit import ROOT
+
+    spec = importlib.util.spec_from_file_location("evaluate_during_training",
+                                                  ROOT / "examples" / "evaluate_during_training.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    store = tmp_path / "s"
+    monkeypatch.setenv("EVALFLEET_STORE", str(store))
+    for step in (10, 20):
+        evalfleet.evaluate(example.NoisyExpert(0.0), str(ROOT / "examples" / "quickstart.yaml"), runs=["push_expert"],
+                           workers=1, overrides=["shared.rollout_limit.num_episodes=2"], output=tmp_path / f"s{step}",
+                           step=step, policy_name="trained", log=lambda _: None)
+    rows = results_store.open(str(store)).query(
+        "SELECT e.step, r.step AS run_step, r.policy, r.policy_revision, count(p.episode) AS n FROM experiments e "
+        "JOIN runs r USING (experiment_id) JOIN episodes p USING (experiment_id, run) GROUP BY ALL ORDER BY 1"
+    ).to_pylist()
+    assert [(r["step"], r["run_step"], r["policy"], r["n"]) for r in rows] == [(10, 10, "trained", 2),
+                                                                               (20, 20, "trained", 2)]
+    assert rows[0]["policy_revision"] != rows[1]["policy_revision"]
