@@ -57,6 +57,8 @@ class LoadedExperiment:
         doc = {"name": exp.name, "seed": exp.seed, "server_sharing": exp.server_sharing, "runs": runs}
         if exp.tracking is not None:  # where the results are logged: kept for resume and evaluate's wired file
             doc["tracking"] = exp.tracking.model_dump(mode="json", exclude_none=True)
+        if exp.store is not None:  # the results store the output is added to: kept for resume, collect, evaluate
+            doc["store"] = exp.store
         return doc, found
 
     def resolved_yaml(self) -> str:
