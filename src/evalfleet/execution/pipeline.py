@@ -91,6 +91,9 @@ def run(experiment: str | os.PathLike[str] | LoadedExperiment, *, overrides: Ite
                                         progress=progress, log=log, preloading=preloading)
                 finish_runs(plan, out, results)
                 preloading.wait()
+                # Every Run has ended: the report about to be written shows the run finished (a failure of the
+                # collect itself still turns it failed on the way out).
+                metadata.set_status("finished")
                 result = finalize_output(loaded, out)
             log_to_trackers(loaded, out, result, step=tracking_step, log=log)
             add_if_named(str(out), loaded.experiment.store, log=log)  # the results store, when one is named
