@@ -25,7 +25,7 @@ LAYERS: list[set[str]] = [
     {"evalfleet.experiment"},
     {"evalfleet.rollout"},
     {"evalfleet.analysis"},
-    {"evalfleet.outputs"},
+    {"evalfleet.outputs", "evalfleet.store"},  # the store reads outputs; run and collect add to it
     {"evalfleet.execution"},
     {"evalfleet.backends"},  # one package per backend, driven by execution through its registry
     {"evalfleet.cli"},  # the command line: every parser and handler
