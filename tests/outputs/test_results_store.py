@@ -241,3 +241,21 @@ def test_evaluation_during_training_adds_one_experiment_per_step(tmp_path: Path,
     assert [(r["step"], r["run_step"], r["policy"], r["n"]) for r in rows] == [(10, 10, "trained", 2),
                                                                                (20, 20, "trained", 2)]
     assert rows[0]["policy_revision"] != rows[1]["policy_revision"]
+
+
+def test_an_output_in_a_bucket_is_the_same_experiment_as_its_local_copy(output, tmp_path: Path, s3_env) -> None:
+    """An output collected into a bucket keeps its experiment_id: adding it beside the local folder replaces."""
+    _endpoint, _key, _secret, bucket = s3_env
+    out, _ = output
+    remote = f"s3://{bucket}/out-{uuid.uuid4().hex[:8]}"
+    import os
+
+    env = dict(os.environ)
+    assert run_evalfleet("collect", str(out), "--output", remote, env=env).returncode == 0
+    store = tmp_path / "s"
+    assert run_evalfleet("store", "add", str(out), "--store", str(store), env=env).returncode == 0
+    proc = run_evalfleet("store", "add", remote, "--store", str(store), env=env)
+    assert proc.returncode == 0 and "replaced" in proc.stderr, proc.stderr
+    experiments = results_store.open(str(store)).experiments()
+    assert len(experiments) == 1 and experiments[0]["source"] == remote
+    assert in_store(str(store)) == by_hand(out)
