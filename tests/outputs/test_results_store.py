@@ -259,3 +259,12 @@ def test_an_output_in_a_bucket_is_the_same_experiment_as_its_local_copy(output, 
     experiments = results_store.open(str(store)).experiments()
     assert len(experiments) == 1 and experiments[0]["source"] == remote
     assert in_store(str(store)) == by_hand(out)
+
+
+def test_a_file_being_written_by_another_add_is_not_read(filled: Path) -> None:
+    """A concurrent add's temporary file (atomic writes: .tmp-<name>-XXXX beside its target) is neither refused as
+    foreign nor read."""
+    (filled / "episodes" / ".tmp-0123.parquet-abcd").write_bytes(b"half written")
+    proc = run_evalfleet("store", "ls", "--store", str(filled), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert [e["episodes"] for e in json.loads(proc.stdout)] == [2 * EPISODES]

@@ -114,6 +114,8 @@ class Store:
         for table in TABLES:
             listed[table] = {}
             for name, is_dir in self.location.listdir(table):
+                if name.startswith("."):  # another add's file being written (.tmp-...), or a system's own file
+                    continue
                 match = FILE_NAME.fullmatch(name)
                 if is_dir or match is None:
                     raise UserError(f"a file the store did not write ({table}/{name}); move it out of the store",
