@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evalfleet.analysis.ranking import PSEUDO_WINS, fit_strengths, outcomes_from_records, rank_policies
+from evalfleet.analysis.ranking import (PSEUDO_WINS, _blocks, fit_strengths, outcomes_from_records, rank_blocks,
+                                        rank_policies)
 from evalfleet.outputs.summary import build_result
 
 
@@ -110,6 +111,25 @@ def test_a_named_reference_has_strength_zero():
     assert referenced["reference"] == "p2" and got["p2"]["strength"] == 0.0 and got["p2"]["interval"] == [0.0, 0.0]
     diff = by_policy(centred)["p0"]["strength"] - by_policy(centred)["p2"]["strength"]
     assert got["p0"]["strength"] == pytest.approx(diff, abs=1e-5)
+
+
+def test_blocks_given_as_patterns_with_counts_rank_as_one_row_per_block():
+    """The store's board aggregates its blocks in SQL: each distinct outcome pattern once, with its count. The
+    ranking must be the one of the blocks themselves, bootstrap included (a shuffled pattern order too)."""
+    outcomes = simulate(np.array([0.5, 0.0, -0.4]), tasks=2, episodes=200, rng=np.random.default_rng(3))
+    outcomes[("task1", "p2")] = {e: s for e, s in outcomes[("task1", "p2")].items() if e % 3}  # some NaN cells
+    policies, tasks = ["p0", "p1", "p2"], ["task0", "task1"]
+    y, strata = _blocks(outcomes, policies, tasks)
+    keyed = np.column_stack([strata, np.nan_to_num(y, nan=-1.0)])
+    distinct, counts = np.unique(keyed, axis=0, return_counts=True)
+    order = np.random.default_rng(0).permutation(len(distinct))
+    distinct, counts = distinct[order], counts[order]
+    patterns = np.where(distinct[:, 1:] < 0, np.nan, distinct[:, 1:])
+    assert len(patterns) < len(y) / 10
+    whole = rank_policies(outcomes, policies)
+    aggregated = rank_blocks(patterns, distinct[:, 0].astype(int), counts, policies, tasks,
+                             mean_success={p["policy"]: p["mean_success"] for p in whole["policies"]})
+    assert aggregated == whole
 
 
 def test_outcomes_from_records_pairs_by_task_and_episode_and_skips_repeated_runs():

@@ -102,15 +102,18 @@ def _win_matrix(y: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return np.einsum("bn,ni,nj->bij", weights, won, lost)
 
 
-def _resampled_patterns(y: np.ndarray, strata: np.ndarray, bootstrap: int, rng: np.random.Generator
-                        ) -> tuple[np.ndarray, np.ndarray]:
+def _resampled_patterns(y: np.ndarray, strata: np.ndarray, counts: np.ndarray, bootstrap: int,
+                        rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """The blocks resampled with replacement within each task, as counts of each distinct outcome pattern
-    (a multinomial over a task's patterns is the same draw, and memory grows with patterns, not episodes)."""
+    (a multinomial over a task's patterns is the same draw, and memory grows with patterns, not episodes).
+    `counts[n]`: how many blocks row n of `y` stands for (1 each when y holds one row per block)."""
     patterns, weights = [], []
     for t in np.unique(strata):
-        rows, counts = np.unique(np.nan_to_num(y[strata == t], nan=-1.0), axis=0, return_counts=True)
+        here = strata == t
+        rows, inverse = np.unique(np.nan_to_num(y[here], nan=-1.0), axis=0, return_inverse=True)
+        per_row = np.bincount(inverse.ravel(), weights=counts[here], minlength=len(rows)).astype(np.int64)
         patterns.append(np.where(rows < 0, np.nan, rows))
-        weights.append(rng.multinomial(int(counts.sum()), counts / counts.sum(), size=bootstrap))
+        weights.append(rng.multinomial(int(per_row.sum()), per_row / per_row.sum(), size=bootstrap))
     return np.concatenate(patterns), np.concatenate(weights, axis=1).astype(float)
 
 
@@ -131,9 +134,23 @@ def rank_policies(outcomes: Outcomes, policies: Sequence[str] | None = None, *, 
         policies = sorted({p for _, p in outcomes})
     policies = list(dict.fromkeys(policies))
     tasks = sorted({t for t, p in outcomes if p in policies})
-    result: dict[str, Any] = {"method": METHOD, "level": level, "tasks": tasks, "reference": None,
-                              "policies": [], "notes": []}
     y, strata = _blocks(outcomes, policies, tasks)
+    return rank_blocks(y, strata, np.ones(len(y), dtype=np.int64), policies, tasks,
+                       mean_success=_mean_success(outcomes, policies, tasks), reference=reference,
+                       bootstrap=bootstrap, level=level, seed=seed)
+
+
+def rank_blocks(y: np.ndarray, strata: np.ndarray, counts: np.ndarray, policies: Sequence[str],
+                tasks: Sequence[str], *, mean_success: Mapping[str, float | None], reference: str | None = None,
+                bootstrap: int = BOOTSTRAP, level: float = LEVEL, seed: int = SEED) -> dict[str, Any]:
+    """The ranking from paired blocks given as outcome patterns: row n of `y` (1/0 per policy, NaN where the
+    policy has no decided episode) stands for `counts[n]` blocks of task `tasks[strata[n]]`. rank_policies
+    gives one row per block; a caller that aggregated its blocks elsewhere (the store's board, in SQL) gives
+    each distinct pattern once with its count: the same fit and the same bootstrap draw."""
+    policies = list(policies)
+    counts = np.asarray(counts, dtype=np.int64)
+    result: dict[str, Any] = {"method": METHOD, "level": level, "tasks": list(tasks), "reference": None,
+                              "policies": [], "notes": []}
     both = np.nan_to_num(y * 0 + 1, nan=0.0)  # 1 where the policy has a decided episode in the block
     edges = ((both.T @ both) > 0).astype(float)
     np.fill_diagonal(edges, 0.0)
@@ -152,10 +169,10 @@ def rank_policies(outcomes: Outcomes, policies: Sequence[str] | None = None, *, 
         parts = ["{" + ", ".join(n for n, g in zip(names, groups) if g == k) + "}" for k in range(groups.max() + 1)]
         result["notes"].append(f"the policies fall into {groups.max() + 1} groups that share no task: "
                                f"{' '.join(parts)}; strengths and ranks compare only within a group")
-    wins = _win_matrix(y, np.ones((1, len(y))))[0]
+    wins = _win_matrix(y, counts[None, :].astype(float))[0]
     theta = fit_strengths(wins, edges, groups)
     rng = np.random.default_rng(seed)
-    patterns, weights = _resampled_patterns(y, strata, bootstrap, rng)
+    patterns, weights = _resampled_patterns(y, strata, counts, bootstrap, rng)
     boot = fit_strengths(_win_matrix(patterns, weights), edges, groups)
     if reference is not None and reference in names:
         ref = names.index(reference)
@@ -169,14 +186,14 @@ def rank_policies(outcomes: Outcomes, policies: Sequence[str] | None = None, *, 
     crit = float(np.quantile(t_max, level))
     lo, hi = theta - crit * se, theta + crit * se
     bounds = _rank_bounds(lo, hi, groups)
-    rates = _mean_success(outcomes, names, tasks)
     discordant = wins + wins.T
     for i in sorted(range(len(names)), key=lambda i: (groups[i], -theta[i], names[i])):
         same = groups == groups[i]
         result["policies"].append({
             "policy": names[i], "rank": 1 + int(np.sum(same & (theta > theta[i] + 1e-12))),
             "rank_interval": bounds[i], "strength": _r(theta[i]), "interval": [_r(lo[i]), _r(hi[i])],
-            "mean_success": rates[names[i]], "discordant_pairs": int(discordant[i].sum()), "group": int(groups[i]),
+            "mean_success": mean_success.get(names[i]), "discordant_pairs": int(discordant[i].sum()),
+            "group": int(groups[i]),
         })
     never_lost = [names[i] for i in range(len(names)) if wins[:, i].sum() == 0 and wins[i].sum() > 0]
     never_won = [names[i] for i in range(len(names)) if wins[i].sum() == 0 and wins[:, i].sum() > 0]
@@ -192,7 +209,7 @@ def rank_policies(outcomes: Outcomes, policies: Sequence[str] | None = None, *, 
         result["notes"].append(f"fewer than {FEW_DISCORDANT} discordant pairs for {', '.join(few)}: "
                                "the bootstrap intervals are rough there")
     result["bootstrap"] = {"replicates": bootstrap, "critical_value": crit, "seed": seed,
-                           "blocks": int(len(y))}
+                           "blocks": int(counts.sum())}
     result["prior"] = f"{PSEUDO_WINS:g} pseudo-win each way per pair of policies sharing a task"
     result["reference"] = result["reference"] or "sum-to-zero (log-strengths average 0 within each group)"
     result["note"] = ranking_note(result["notes"])
