@@ -1,7 +1,7 @@
 """The `evalfleet` command: every parser and handler lives in this package, one module per command family
 (`plan`: overrides, plan, variations; `run`: run, runner; `submit`; `serve`; `outputs`: collect, report;
-`analysis`: plot, sensitivity, compare, power; `watchdog`; `conditions`; `live`: watch; `osmo_task` and
-`slurm_task`: the OSMO and Slurm task-side steps). Each
+`analysis`: plot, sensitivity, compare, power; `watchdog`; `conditions`; `live`: watch; `store`: store
+add|ls|rm|query; `board`; `osmo_task` and `slurm_task`: the OSMO and Slurm task-side steps). Each
 contributes its subcommands through a `register(subparsers)` function; handlers parse, call library functions
 and print, and import heavy dependencies lazily so `--help` stays fast. Nothing in the library imports this
 package; the three commands rendered task scripts run, `python -m evalfleet.execution.watchdog`,
@@ -38,6 +38,7 @@ COMMANDS = (
     "evalfleet.cli.live:register",  # watch
     "evalfleet.cli.store:register",  # store add|ls|rm|query
     "evalfleet.cli.history:register",  # history
+    "evalfleet.cli.board:register",  # board
     "evalfleet.cli.analysis:register",  # plot, sensitivity, compare, power
 )
 
