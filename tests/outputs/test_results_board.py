@@ -9,11 +9,14 @@ import csv
 import io
 import json
 import math
+import shutil
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 from evalfleet_testkit import metaworld_run, run_evalfleet
+from test_results_store import copy_as_new
 
 import evalfleet
 from evalfleet.analysis.ranking import rank_policies
@@ -72,16 +75,18 @@ def wilson(s: int, n: int) -> list[float]:
     return [max(0.0, centre - half), min(1.0, centre + half)]
 
 
-def by_hand(board_store: dict) -> dict:
+def by_hand(board_store: dict, added: list[tuple[str, Path]] | None = None) -> dict:
     """Rows (max_steps, policy) → (episodes, successes), and the blocks of max_steps 64 with each policy's outcome
-    from the latest added Experiment that ran it there, all from the records themselves."""
+    from the latest added Experiment that ran it there, all from the records themselves. `added`: (Experiment,
+    output) in the order they were added (default: the three, in order)."""
+    added = added or [(name, board_store["outputs"][name]) for name in EXPERIMENTS]
     rows: dict[tuple[int, str], list[int]] = {}
     blocks: dict[tuple[int, str], dict[str, bool]] = {}
     ran_twice: set[tuple[tuple[int, str], str]] = set()
-    for name, (_, runs) in EXPERIMENTS.items():  # in the order they were added: a later one replaces
-        for run in runs:
+    for name, out in added:  # in the order they were added: a later one replaces
+        for run in EXPERIMENTS[name][1]:
             key = (ENV[run], POLICY[run])
-            for rec in records(board_store["outputs"][name], run):
+            for rec in records(out, run):
                 counts = rows.setdefault(key, [0, 0])
                 counts[0] += 1
                 counts[1] += rec["status"] == "success"
@@ -93,6 +98,27 @@ def by_hand(board_store: dict) -> dict:
     paired = {b: o for b, o in blocks.items() if len(o) > 1}
     return {"rows": rows, "paired": paired, "ran_twice": {p for b, p in ran_twice if b in paired},
             "twice_blocks": sum(1 for b, p in ran_twice if b in paired)}
+
+
+def expected_ranking(paired: dict) -> dict:
+    """The within-Experiment ranking (analysis.ranking.rank_policies) of the paired blocks' outcomes."""
+    outcomes = {}
+    for index, (_, outcome) in enumerate(sorted(paired.items())):
+        for policy, won in outcome.items():
+            outcomes.setdefault(("push", policy), {})[index] = won
+    return {p["policy"]: p for p in rank_policies(outcomes)["policies"]}
+
+
+def same_ranking(got_policies: list[dict], expected: dict, paired: int) -> None:
+    got = {p["policy"]: p for p in got_policies}
+    assert set(got) == set(expected) == {"expert", "clumsy", "steady"}
+    for policy, e in expected.items():
+        g = got[policy]
+        assert (g["rank"], g["rank_interval"], g["discordant_pairs"]) == (e["rank"], e["rank_interval"],
+                                                                          e["discordant_pairs"]), policy
+        assert g["strength"] == pytest.approx(e["strength"], abs=1e-9)
+        assert g["interval"] == pytest.approx(e["interval"], abs=1e-9)
+        assert g["paired_blocks"] == paired
 
 
 @pytest.fixture(scope="module")
@@ -140,24 +166,89 @@ def test_the_ranking_pairs_episodes_across_experiments(board_store, board) -> No
     assert set(pairs) == {("clumsy", "expert"), ("clumsy", "steady"), ("expert", "steady")}
     # expert ran first's seeds twice (first and second): the latest added episode pairs, and the board says so.
     assert hand["ran_twice"] == {"expert"}
-    assert (f"expert ran {hand['twice_blocks']} paired blocks (same environment, seed and variations) more than "
-            "once: its latest added episode there is the one paired") in board["notes"]
+    assert (f"{hand['twice_blocks']} paired blocks hold a policy's episode more than once (the same environment, "
+            "seed and variations in several Runs: expert): the latest added episode there is the one paired"
+            ) in board["notes"]
     # The ranking is Bradley-Terry on exactly these blocks: the within-Experiment ranking of the same outcomes.
-    outcomes = {}
-    for index, (_, outcome) in enumerate(sorted(paired.items())):
-        for policy, won in outcome.items():
-            outcomes.setdefault(("push", policy), {})[index] = won
-    expected = {p["policy"]: p for p in rank_policies(outcomes)["policies"]}
+    same_ranking(ranking["policies"], expected_ranking(paired), len(paired))
     got = {p["policy"]: p for p in ranking["policies"]}
-    assert set(got) == set(expected) == {"expert", "clumsy", "steady"}
-    for policy, e in expected.items():
-        g = got[policy]
-        assert (g["rank"], g["rank_interval"], g["discordant_pairs"]) == (e["rank"], e["rank_interval"],
-                                                                          e["discordant_pairs"]), policy
-        assert g["strength"] == pytest.approx(e["strength"], abs=1e-9)
-        assert g["interval"] == pytest.approx(e["interval"], abs=1e-9)
-        assert g["paired_blocks"] == len(paired)
     assert got["clumsy"]["rank"] == 3  # an open-loop plan of 3 actions: the weakest
+
+
+FLIPPED = (0, 1, 2, 3)  # the episodes of expert whose outcome the fourth Experiment turns around
+
+
+def flipped_copy(out: Path, dest: Path) -> Path:
+    """second's output as another Experiment whose expert had other outcomes on the same seeds (a policy that is
+    not deterministic, evaluated again), collected again so its result agrees with its records."""
+    copy_as_new(out, dest)
+    for path in [*dest.glob("expert/parts/*.jsonl"), dest / "expert" / "episode_results.jsonl"]:
+        lines = []
+        for line in path.read_text().splitlines():
+            rec = json.loads(line)
+            if rec["episode"] in FLIPPED:
+                rec["status"] = "failure" if rec["status"] == "success" else "success"
+                rec["success"] = rec["status"] == "success"
+            lines.append(json.dumps(rec) + "\n")
+        path.write_text("".join(lines))
+    proc = run_evalfleet("collect", str(dest), "--output", str(dest))
+    assert proc.returncode == 0, proc.stderr
+    return dest
+
+
+def test_a_policy_with_other_outcomes_on_the_same_blocks_pairs_its_latest(board_store, tmp_path: Path,
+                                                                          monkeypatch) -> None:
+    store = tmp_path / "store"
+    shutil.copytree(board_store["store"], store)
+    fourth = flipped_copy(board_store["outputs"]["second"], tmp_path / "fourth")
+    time.sleep(1.1)  # the store orders Experiments by when they were added, to the second
+    assert run_evalfleet("store", "add", str(fourth), "--store", str(store)).returncode == 0
+    EXPERIMENTS["fourth"] = EXPERIMENTS["second"]
+    try:
+        hand = by_hand(board_store, [*((n, board_store["outputs"][n]) for n in ("first", "second", "third")),
+                                     ("fourth", fourth)])
+    finally:
+        del EXPERIMENTS["fourth"]
+    proc = run_evalfleet("board", "--store", str(store), "--json")
+    assert proc.returncode == 0, proc.stderr
+    board = json.loads(proc.stdout)
+    expert = next(r for r in board["rows"] if r["policy"] == "expert" and r["environment"].endswith("=64}"))
+    assert (expert["episodes"], expert["successes"]) == tuple(hand["rows"][(MAX_STEPS, "expert")]) and \
+        expert["episodes"] == 4 * EPISODES
+    # The blocks pair fourth's expert (added last), whose outcomes differ from first's and second's on FLIPPED.
+    seeds = {r["episode"]: r["seed"] for r in records(fourth, "expert")}
+    for episode in FLIPPED:
+        outcome = next(o for (seed, _), o in hand["paired"].items() if seed == seeds[episode])
+        assert outcome["expert"] == (next(r for r in records(fourth, "expert") if r["episode"] == episode)
+                                     ["status"] == "success")
+    pairs = {(p["first"], p["second"]): p for p in board["ranking"]["pairs"]}
+    assert pairs[("expert", "steady")]["first_won"] == sum(1 for o in hand["paired"].values()
+                                                           if o["expert"] and not o["steady"])
+    same_ranking(board["ranking"]["policies"], expected_ranking(hand["paired"]), len(hand["paired"]))
+    note = next(n for n in board["notes"] if "more than once" in n)
+    assert f"; {len(FLIPPED)} of them with differing outcomes (expert)" in note
+    # The same with two bits a word (the SQL of 65 policies and more).
+    from evalfleet import store as results_store
+    from evalfleet.store import board as board_module
+    from evalfleet.store import board_queries
+
+    monkeypatch.setattr(board_queries, "WORD", 2)
+    monkeypatch.setattr(board_module, "WORD", 2)
+    small = board_module.build_board(results_store.open(str(store))).to_dict()
+    assert small["rows"] == board["rows"] and small["ranking"] == board["ranking"] and small["notes"] == board["notes"]
+
+
+def test_policies_past_one_word_of_bits_give_the_same_board(board_store, board, monkeypatch) -> None:
+    """The SQL keeps each policy as a bit of 64-bit words; with 2 bits a word the three policies need two words
+    (as 65 policies would with 64): the board must not change."""
+    from evalfleet import store as results_store
+    from evalfleet.store import board as board_module
+    from evalfleet.store import board_queries
+
+    monkeypatch.setattr(board_queries, "WORD", 2)
+    monkeypatch.setattr(board_module, "WORD", 2)
+    small = board_module.build_board(results_store.open(board_store["store"])).to_dict()
+    assert small["rows"] == board["rows"] and small["ranking"] == board["ranking"] and small["notes"] == board["notes"]
 
 
 def test_terminal_table_and_csv_say_the_same(board_store, board) -> None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evalfleet.errors import UserError
+from evalfleet.store.board_queries import WORD
 from evalfleet.store.identity import canonical, differences
 from evalfleet.store.store import Store
 
@@ -195,57 +196,6 @@ class Board:
                 "notes": self.notes}
 
 
-# --- the queries ------------------------------------------------------------------------------------------
-
-def select_runs(con: Any, filters: Filters) -> None:
-    """The temp table `selected`: the Runs the filters keep, each with small integer ids for its environment and
-    policy and its recency (the order the store added it: later wins a block)."""
-    where, params = filters.sql()
-    con.execute(f"""
-        CREATE TEMP TABLE selected AS
-        SELECT r.experiment_id, r.run, coalesce(r.task, '') AS task, coalesce(r.policy, '') AS policy,
-               coalesce(r.policy_revision, '') AS policy_revision, r.policy_identity,
-               coalesce(r.environment_fingerprint, '') AS environment, r.environment_identity, r.environment_type,
-               {SUITE_SQL} AS suite, coalesce(r.episodes, 0) AS run_episodes,
-               dense_rank() OVER (ORDER BY coalesce(r.environment_fingerprint, '')) AS env_id,
-               dense_rank() OVER (ORDER BY coalesce(r.policy, ''), coalesce(r.policy_revision, '')) AS policy_id,
-               row_number() OVER (ORDER BY x.added_at, r.experiment_id, r.run) AS recency
-        FROM runs r JOIN experiments x USING (experiment_id)
-        WHERE {where}""", params)
-
-
-ROWS_SQL = """
-    SELECT s.env_id, s.policy_id, count(*) AS episodes,
-           count(*) FILTER (WHERE e.status = 'success') AS successes,
-           count(*) FILTER (WHERE e.status = 'failure') AS failures
-    FROM episodes e JOIN selected s USING (experiment_id, run)
-    GROUP BY s.env_id, s.policy_id"""
-
-# One row per distinct (environment, outcome pattern): the policies in the block, their outcomes, which of them
-# ran there more than once, and how many blocks share that pattern. Recency × 2^32 + episode orders a policy's
-# episodes in a block: the latest added Run's, then its highest episode index.
-BLOCKS_SQL = """
-    WITH picked AS (
-        SELECT s.env_id, e.seed, hash(e.variations) AS varied, s.policy_id,
-               arg_max(e.status = 'success', s.recency * 4294967296 + coalesce(e.episode, 0)) AS won,
-               count(*) AS n
-        FROM episodes e JOIN selected s USING (experiment_id, run)
-        WHERE e.status IN ('success', 'failure') AND e.seed IS NOT NULL
-        GROUP BY s.env_id, e.seed, varied, s.policy_id
-    ), blocks AS (
-        SELECT env_id, list(policy_id ORDER BY policy_id) AS policies, list(won ORDER BY policy_id) AS outcomes,
-               list(policy_id ORDER BY policy_id) FILTER (WHERE n > 1) AS repeated
-        FROM picked GROUP BY env_id, seed, varied HAVING count(*) > 1
-    )
-    SELECT env_id, policies, outcomes, repeated, count(*) AS blocks FROM blocks GROUP BY ALL"""
-
-
-def rows_of(con: Any, sql: str) -> list[dict[str, Any]]:
-    cursor = con.execute(sql)
-    names = [d[0] for d in cursor.description]
-    return [dict(zip(names, row)) for row in cursor.fetchall()]
-
-
 # --- labels and comparability -------------------------------------------------------------------------------
 
 def value_at(identity: Any, dotted: str) -> Any:
@@ -353,18 +303,27 @@ def check_filters(runs_all: list[dict[str, Any]], filters: Filters, store: Store
 
 def build_board(store: Store, filters: Filters = Filters(), *, bootstrap: int | None = None) -> Board:
     """The board of the store's Experiments that the filters keep."""
+    from evalfleet.store.board_queries import fetch, one_pass, resolve_conflicts, select_runs
+
     con = store.connect()
     try:
-        every = rows_of(con, f"SELECT r.experiment_id, coalesce(r.task, '') AS task, coalesce(r.policy, '') AS policy, "
-                             f"{SUITE_SQL} AS suite, x.tags FROM runs r JOIN experiments x USING (experiment_id)")
+        every = fetch(con, f"SELECT r.experiment_id, coalesce(r.task, '') AS task, coalesce(r.policy, '') AS policy, "
+                           f"{SUITE_SQL} AS suite, x.tags FROM runs r JOIN experiments x USING (experiment_id)")
         check_filters(every, filters, store)
-        select_runs(con, filters)
-        runs = rows_of(con, "SELECT * FROM selected")
-        counts = rows_of(con, ROWS_SQL)
-        patterns = rows_of(con, BLOCKS_SQL)
+        select_runs(con, *filters.sql(), SUITE_SQL)
+        runs = fetch(con, "SELECT * FROM selected")
+        policies = max((r["policy_id"] for r in runs), default=0)
+        counts, patterns = one_pass(con, policies)
+        if any(clashes(p) for p in patterns):
+            patterns = [p for p in patterns if not clashes(p)] + resolve_conflicts(con, policies)
     finally:
         con.close()
     return assemble(store.location.display(), filters, runs, counts, patterns, bootstrap=bootstrap)
+
+
+def clashes(pattern: dict[str, Any]) -> bool:
+    """Whether some policy both won and lost in the pattern's blocks (it ran them more than once)."""
+    return any(w & lost for w, lost in zip(pattern["won"], pattern.get("lost", ())))
 
 
 def assemble(where: str, filters: Filters, runs: list[dict[str, Any]], counts: list[dict[str, Any]],
@@ -379,13 +338,16 @@ def assemble(where: str, filters: Filters, runs: list[dict[str, Any]], counts: l
     environments = environments_of(runs, episodes_of_env, notes)
     policies = policies_of(runs, {c["policy_id"] for c in counts}, notes)
     experiments: dict[tuple[int, int], set[str]] = {}
+    several: dict[tuple[int, int], int] = {}  # Runs per environment × policy
     for run in runs:
         if run["run_episodes"]:
             experiments.setdefault((run["env_id"], run["policy_id"]), set()).add(run["experiment_id"])
+            several[(run["env_id"], run["policy_id"])] = several.get((run["env_id"], run["policy_id"]), 0) + 1
     rows = [BoardRow(environments[c["env_id"]], policies[c["policy_id"]], c["episodes"], c["successes"],
                      c["failures"], len(experiments.get((c["env_id"], c["policy_id"]), ())))
             for c in counts]
     rows.sort(key=lambda r: (r.environment.label, -(r.success_rate or 0.0), r.policy.label))
+    repeated_note(patterns, policies, {k for k, n in several.items() if n > 1}, notes)
     ranking, pairs, blocks, details = rank(rows, environments, policies, patterns, notes, bootstrap=bootstrap)
     return Board(where, filters, len({r["experiment_id"] for r in runs if r["run_episodes"]}), rows, ranking, pairs,
                  blocks, details, notes)
@@ -405,17 +367,11 @@ def rank(rows: list[BoardRow], environments: dict[int, BoardEnvironment], polici
     y = np.full((len(patterns), len(labels)), np.nan)
     strata = np.zeros(len(patterns), dtype=int)
     counts = np.zeros(len(patterns), dtype=np.int64)
-    repeated = np.zeros(len(labels), dtype=np.int64)
     for n, p in enumerate(patterns):
-        for pid, won in zip(p["policies"], p["outcomes"]):
-            y[n, column[pid]] = float(won)
+        for pid in policy_ids(p["present"]):
+            y[n, column[pid]] = float(bool(p["won"][(pid - 1) // WORD] >> ((pid - 1) % WORD) & 1))
         strata[n] = fingerprints.index(environments[p["env_id"]].fingerprint)
         counts[n] = p["blocks"]
-        for pid in p["repeated"] or ():
-            repeated[column[pid]] += p["blocks"]
-    for i in np.flatnonzero(repeated):
-        notes.append(f"{labels[i]} ran {int(repeated[i])} paired blocks (same environment, seed and variations) more "
-                     "than once: its latest added episode there is the one paired")
     pairs, played = pair_counts(y, counts, labels)
     rates: dict[str, list[float]] = {}
     for r in rows:
@@ -433,6 +389,28 @@ def rank(rows: list[BoardRow], environments: dict[int, BoardEnvironment], polici
                "note": "; ".join(result["notes"])}
     notes.extend(f"ranking: {n}" for n in result["notes"])
     return ranked, pairs, int(counts.sum()), details
+
+
+def policy_ids(words: list[int]) -> list[int]:
+    """The policy ids (1-based) whose bits are set in the words."""
+    return [w * WORD + b + 1 for w, word in enumerate(words) for b in range(WORD) if word >> b & 1]
+
+
+def repeated_note(patterns: list[dict[str, Any]], policies: dict[int, BoardPolicy], several: set[tuple[int, int]],
+                  notes: list[str]) -> None:
+    """How many paired blocks held a policy's episode more than once, with the policies that can have done so
+    (those with several Runs on that environment) and those whose outcomes there differed."""
+    blocks = sum(p["blocks"] for p in patterns if p["extra"])
+    if not blocks:
+        return
+    candidates = sorted({policies[pid].label for p in patterns if p["extra"] for pid in policy_ids(p["present"])
+                         if (p["env_id"], pid) in several})
+    clashed = sum(p["blocks"] for p in patterns if "differing" in p)
+    named = sorted({policies[pid].label for p in patterns for pid in policy_ids(p.get("differing", []))})
+    notes.append(f"{blocks} paired blocks hold a policy's episode more than once (the same environment, seed and "
+                 f"variations in several Runs{': ' + ', '.join(candidates) if candidates else ''}): the latest "
+                 "added episode there is the one paired"
+                 + (f"; {clashed} of them with differing outcomes ({', '.join(named)})" if clashed else ""))
 
 
 def pair_counts(y: Any, counts: Any, labels: list[str]) -> tuple[list[PairCount], dict[str, int]]:
