@@ -251,6 +251,34 @@ def test_policies_past_one_word_of_bits_give_the_same_board(board_store, board, 
     assert small["rows"] == board["rows"] and small["ranking"] == board["ranking"] and small["notes"] == board["notes"]
 
 
+def test_a_policy_name_with_another_revision_is_never_pooled(board_store, board, tmp_path: Path) -> None:
+    """A fifth Experiment runs a policy named expert with another configuration (an open-loop plan of 2): its own
+    rows and its own place in the ranking, the note naming the option that differs."""
+    store = tmp_path / "store"
+    shutil.copytree(board_store["store"], store)
+    path = tmp_path / "fifth.yaml"
+    path.write_text(yaml.safe_dump({"name": "fifth", "seed": 3, "runs": {"expert": push("expert", chunk=2)}}))
+    evalfleet.run(path, output=tmp_path / "fifth", workers=1, progress=False, log=lambda _: None)
+    assert run_evalfleet("store", "add", str(tmp_path / "fifth"), "--store", str(store)).returncode == 0
+    proc = run_evalfleet("board", "--store", str(store), "--json", "--policy", "expert")
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    revisions = {r["policy_revision"]: r for r in got["rows"] if r["environment"].endswith("=64}")}
+    assert len(revisions) == 2
+    fifth = [r for r in revisions.values() if r["episodes"] == EPISODES]
+    assert len(fifth) == 1 and fifth[0]["successes"] == sum(rec["status"] == "success"
+                                                            for rec in records(tmp_path / "fifth", "expert"))
+    before = next(r for r in board["rows"] if r["policy"] == "expert" and r["environment"].endswith("=64}"))
+    pooled = next(r for r in revisions.values() if r is not fifth[0])
+    assert (pooled["episodes"], pooled["successes"]) == (before["episodes"], before["successes"])
+    labels = sorted(f"expert@{rev[:8]}" for rev in revisions)
+    assert sorted(r["policy"] for r in revisions.values()) == labels
+    assert f"policy expert: 2 revisions differ in config.chunk_size; not pooled ({', '.join(labels)})" in got["notes"]
+    # Paired with each other on the shared seeds (fifth's seed is first's and second's): two ranked policies.
+    assert sorted(p["policy"] for p in got["ranking"]["policies"]) == labels
+    assert got["ranking"]["pairs"][0]["blocks"] == EPISODES
+
+
 def test_terminal_table_and_csv_say_the_same(board_store, board) -> None:
     proc = run_evalfleet("board", "--store", board_store["store"], env={**__import__("os").environ,
                                                                         "COLUMNS": "160"})
@@ -295,6 +323,24 @@ def test_filters(board_store) -> None:
     assert rows("--since", "2000-01-01") == rows()
     proc = run_evalfleet("board", "--store", board_store["store"], "--until", "2000-01-01")
     assert proc.returncode == 0 and "no episodes match the filters given" in proc.stdout
+
+
+def test_a_board_over_a_bucket_is_the_same(board_store, board, s3_env) -> None:
+    """The same three outputs added to an S3 store (the suite's SeaweedFS): the same board."""
+    import os
+    import uuid
+
+    _endpoint, _key, _secret, bucket = s3_env
+    store = f"s3://{bucket}/board-{uuid.uuid4().hex[:8]}"
+    for name in EXPERIMENTS:
+        proc = run_evalfleet("store", "add", str(board_store["outputs"][name]), "--store", store,
+                             env=dict(os.environ))
+        assert proc.returncode == 0, proc.stderr
+    proc = run_evalfleet("board", "--store", store, "--json", env=dict(os.environ))
+    assert proc.returncode == 0, proc.stderr
+    remote = json.loads(proc.stdout)
+    assert remote["rows"] == board["rows"] and remote["ranking"] == board["ranking"]
+    assert remote["notes"] == board["notes"]
 
 
 def one_line_refusal(proc, *words: str) -> None:
@@ -345,6 +391,7 @@ def test_claims_get_verdicts_against_our_intervals(board_store, board, tmp_path:
     assert verdicts[2]["interval"] == got[(short, "clumsy")]["interval"]
     assert verdicts[3]["interval"] == got[(short, "steady")]["interval"]
     assert "options.max_steps" in verdicts[4]["reason"]
+    assert verdicts[4]["success_rate"] is None and verdicts[4]["interval"] is None  # no rate over both
     text = run_evalfleet("board", "--store", board_store["store"], "--claims", str(tmp_path / "claims.yaml"),
                          env={**__import__("os").environ, "COLUMNS": "200"}).stdout
     assert "reproduction verdicts" in text and "not comparable" in text and "paper A, table 1" in text

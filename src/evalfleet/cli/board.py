@@ -16,7 +16,7 @@ from typing import Any
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "board", help="a leaderboard across every Experiment in the results store",
-        description="Per task × policy success with its 95%% Wilson interval and episode count, pooled across "
+        description="Per task × policy success with its 95% Wilson interval and episode count, pooled across "
         "Experiments where the environment and the policy revision are the same, and an overall rank by "
         "Bradley-Terry on episodes paired across Experiments (same environment, seed and variations), with "
         "simultaneous intervals and rank ranges. Repeated filters match any of their values.")

@@ -303,22 +303,31 @@ def check_filters(runs_all: list[dict[str, Any]], filters: Filters, store: Store
 
 def build_board(store: Store, filters: Filters = Filters(), *, bootstrap: int | None = None) -> Board:
     """The board of the store's Experiments that the filters keep."""
+    import duckdb
+
+    from evalfleet.outputs.storage import storage_errors
     from evalfleet.store.board_queries import fetch, one_pass, resolve_conflicts, select_runs
 
-    con = store.connect()
-    try:
-        every = fetch(con, f"SELECT r.experiment_id, coalesce(r.task, '') AS task, coalesce(r.policy, '') AS policy, "
-                           f"{SUITE_SQL} AS suite, x.tags FROM runs r JOIN experiments x USING (experiment_id)")
-        check_filters(every, filters, store)
-        select_runs(con, *filters.sql(), SUITE_SQL)
-        runs = fetch(con, "SELECT * FROM selected")
-        policies = max((r["policy_id"] for r in runs), default=0)
-        counts, patterns = one_pass(con, policies)
-        if any(clashes(p) for p in patterns):
-            patterns = [p for p in patterns if not clashes(p)] + resolve_conflicts(con, policies)
-    finally:
-        con.close()
-    return assemble(store.location.display(), filters, runs, counts, patterns, bootstrap=bootstrap)
+    where = store.location.display()
+    with storage_errors(where):
+        con = store.connect()
+        try:
+            every = fetch(con, "SELECT r.experiment_id, coalesce(r.task, '') AS task, coalesce(r.policy, '') AS "
+                               f"policy, {SUITE_SQL} AS suite, x.tags FROM runs r JOIN experiments x USING "
+                               "(experiment_id)")
+            check_filters(every, filters, store)
+            select_runs(con, *filters.sql(), SUITE_SQL)
+            runs = fetch(con, "SELECT * FROM selected")
+            policies = max((r["policy_id"] for r in runs), default=0)
+            counts, patterns = one_pass(con, policies)
+            if any(clashes(p) for p in patterns):
+                patterns = [p for p in patterns if not clashes(p)] + resolve_conflicts(con, policies)
+        except duckdb.Error as exc:  # e.g. an Experiment removed while the board read it
+            raise UserError(f"reading the store failed ({str(exc).splitlines()[0][:300]}); run the board again",
+                            where=where) from None
+        finally:
+            con.close()
+    return assemble(where, filters, runs, counts, patterns, bootstrap=bootstrap)
 
 
 def clashes(pattern: dict[str, Any]) -> bool:

@@ -129,7 +129,8 @@ class Verdict:
 
     @property
     def success_rate(self) -> float | None:
-        return self.successes / self.decided if self.decided else None
+        """None where the episodes are not comparable: a rate over them would mix what must not be mixed."""
+        return self.successes / self.decided if self.decided and self.interval is not None else None
 
     def to_dict(self) -> dict[str, Any]:
         return {"claim": self.index, "policy": self.claim.policy, "task": self.claim.task, "suite": self.claim.suite,
