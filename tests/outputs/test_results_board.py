@@ -392,6 +392,12 @@ def test_claims_get_verdicts_against_our_intervals(board_store, board, tmp_path:
     assert verdicts[3]["interval"] == got[(short, "steady")]["interval"]
     assert "options.max_steps" in verdicts[4]["reason"]
     assert verdicts[4]["success_rate"] is None and verdicts[4]["interval"] is None  # no rate over both
+    assert verdicts[4]["successes"] is None
+    proc = run_evalfleet("board", "--store", board_store["store"], "--csv", "--claims", str(tmp_path / "claims.yaml"))
+    assert proc.returncode == 0, proc.stderr
+    rows = list(csv.DictReader(io.StringIO(proc.stdout)))
+    assert [(int(r["claim"]), r["environment"], r["verdict"]) for r in rows] == by
+    assert [float(r["ci_low"]) for r in rows[:4]] == [v["interval"][0] for v in verdicts[:4]]
     text = run_evalfleet("board", "--store", board_store["store"], "--claims", str(tmp_path / "claims.yaml"),
                          env={**__import__("os").environ, "COLUMNS": "200"}).stdout
     assert "reproduction verdicts" in text and "not comparable" in text and "paper A, table 1" in text

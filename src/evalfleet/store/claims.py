@@ -136,7 +136,8 @@ class Verdict:
         return {"claim": self.index, "policy": self.claim.policy, "task": self.claim.task, "suite": self.claim.suite,
                 "claimed": self.claim.success, "source": self.claim.source, "environment": self.environment,
                 "board_policy": self.policy, "verdict": self.verdict, "decided": self.decided,
-                "successes": self.successes, "success_rate": self.success_rate,
+                "successes": None if self.verdict == "not comparable" else self.successes,
+                "success_rate": self.success_rate,
                 "interval": list(self.interval) if self.interval else None, "reason": self.reason}
 
 
