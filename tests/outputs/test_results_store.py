@@ -63,11 +63,14 @@ def output(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def copy_as_new(out: Path, dest: Path) -> Path:
-    """A copy of an output as another Experiment would be (its own experiment_id)."""
+    """A copy of an output as another Experiment would be (its own experiment_id, no store of its own)."""
     shutil.copytree(out, dest, ignore=shutil.ignore_patterns("lock"))
     meta = json.loads((dest / "experiment_metadata.json").read_text())
     meta["experiment_id"] = uuid.uuid4().hex
     (dest / "experiment_metadata.json").write_text(json.dumps(meta))
+    doc = yaml.safe_load((dest / "experiment.yaml").read_text())
+    doc.pop("store", None)  # a copy adds to the store its test names, never to the fixture's
+    (dest / "experiment.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     return dest
 
 
