@@ -20,7 +20,7 @@ Each measurement states its wall time (in the child, after imports), CPU seconds
 VmHWM); --repeats rounds, the order rotated. Prints JSON: median and spread, how each grows with the episodes,
 the store's size on disk and the machine.
 
-    python bench/store.py [--repeats 3] [--scales 100k,1M,10M] [--cache DIR]
+    python bench/store.py [--repeats 3] [--scales 100k,1M,10M] [--cache DIR] [--src /tmp/before/src]
 """
 
 from __future__ import annotations
@@ -229,11 +229,17 @@ def child(what: str, store_dir: str, folders: list[str]) -> int:
     return 0
 
 
+SRC: str | None = None  # --src: the children import evalfleet from this src/ folder
+
+
 def run_child(what: str, store_dir: str, folders: list[str] = ()) -> dict[str, Any]:
     """One measurement in a fresh process; its wall time from start to exit beside the child's own figures."""
+    env = dict(os.environ)
+    if SRC:
+        env["PYTHONPATH"] = os.path.abspath(SRC) + os.pathsep + env.get("PYTHONPATH", "")
     with Timer() as t:
         proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", what, store_dir, *folders],
-                              capture_output=True, text=True, check=False)
+                              capture_output=True, text=True, check=False, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"{what} failed:\n{proc.stderr[-4000:]}")
     return {**json.loads(proc.stdout.strip().splitlines()[-1]), "process_s": t.seconds}
@@ -265,11 +271,14 @@ def main() -> int:
     parser.add_argument("--scales", default=",".join(SCALES), help="comma-separated: " + ", ".join(SCALES))
     parser.add_argument("--cache", default=os.path.expanduser("~/.cache/evalfleet/bench-store"),
                         help="where the synthetic outputs and the 10M store are kept between runs")
+    parser.add_argument("--src", help="run the measurements with this checkout's src/ folder (figures before a change)")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     add_repeat_arg(parser)
     args = parser.parse_args()
     if args.child:
         return child(args.child[0], args.child[1], args.child[2:])
+    global SRC
+    SRC = args.src
     scales = [s for s in args.scales.split(",") if s]
     if any(s not in SCALES for s in scales):
         parser.error(f"--scales: choose from {', '.join(SCALES)}")
@@ -297,7 +306,8 @@ def main() -> int:
         added = rotated({s: (lambda s=s: add(s)) for s in scales if s != "10M"}, args.repeats)
         queried = rotated({s: (lambda s=s: run_child("query", stores[s])) for s in scales}, args.repeats)
         figures: dict[str, Any] = {
-            "episodes_per_experiment": PER_EXPERIMENT, "runs_per_experiment": len(TASKS) * len(POLICIES),
+            "src": args.src or "this checkout", "episodes_per_experiment": PER_EXPERIMENT,
+            "runs_per_experiment": len(TASKS) * len(POLICIES),
             "synthetic": f"one 100k-episode output, copied per Experiment (hard links, own experiment_metadata.json); "
                          f"made in {made.seconds:.1f} s (0 when cached) under {args.cache}",
             "add": {s: summary(m) for s, m in added.items()},
