@@ -11,16 +11,19 @@ the disk of one. The policies of a task share their seeds and variations, so the
           in a fresh process; the 10M store (100 outputs) is built once the same way and cached: its add time
           is the one build's (n=1, or null when the cached store was reused)
   query   `board(store)` over the 100k, 1M and 10M stores, in a fresh process: until `evalfleet board` lands,
-          the representative aggregate (per environment fingerprint, policy, revision: episodes and successes,
-          episodes joined with runs), and the pairing aggregate (per (fingerprint, seed, variations) block, the
-          outcome of each policy revision, then reduced per revision). `Store.files()` (every footer checked) is
-          also timed on its own in the same process.
+          its stand-in (swap `board` for it): per environment fingerprint, policy and revision, episodes and
+          successes (episodes joined with runs); and the pairing: each (fingerprint, seed, variations) block's mean
+          outcome (GROUP BY, into a temporary table), each revision's outcomes against it (per revision: decided
+          episodes, those in blocks shared with another revision, the mean advantage over the block means).
+          `--queries board,outcomes` also measures the pairing as one GROUP BY per (block, policy revision).
+          `Store.files()` (every footer checked) is also timed on its own in the same process.
 
 Each measurement states its wall time (in the child, after imports), CPU seconds and peak RSS (the child's
 VmHWM); --repeats rounds, the order rotated. Prints JSON: median and spread, how each grows with the episodes,
 the store's size on disk and the machine.
 
-    python bench/store.py [--repeats 3] [--scales 100k,1M,10M] [--cache DIR] [--src /tmp/before/src]
+    python bench/store.py [--repeats 3] [--scales 100k,1M,10M] [--queries board,outcomes] [--cache DIR]
+                          [--src /tmp/before/src]
 """
 
 from __future__ import annotations
@@ -163,37 +166,62 @@ def outputs(cache: str, count: int) -> list[str]:
 
 
 # --- what is measured ----------------------------------------------------------------------------------------
-LEADERBOARD = """
+EPISODES = "FROM episodes e JOIN runs r USING (experiment_id, run)"
+LEADERBOARD = f"""
 SELECT r.environment_fingerprint, r.policy, r.policy_revision, count(*) AS episodes,
        count(*) FILTER (WHERE e.success) AS successes
-FROM episodes e JOIN runs r USING (experiment_id, run)
-GROUP BY ALL ORDER BY ALL"""
+{EPISODES} GROUP BY ALL ORDER BY ALL"""
 
-PAIRING = """
-WITH outcome AS (  -- each policy revision's outcome in each (fingerprint, seed, variations) block
+# Each (fingerprint, seed, variations) block's mean outcome, in a table: a CTE joined back to the episodes makes
+# DuckDB build the join's hash table on the 10M episodes side (its estimate of a GROUP BY is its input), ~3 GB.
+BLOCKS = f"""
+CREATE TEMP TABLE block AS
+SELECT r.environment_fingerprint AS env, e.seed, e.variations, avg(e.success::INT) AS mean, count(*) AS decided
+{EPISODES} WHERE e.success IS NOT NULL GROUP BY ALL"""
+
+# Each policy revision's outcome in each block, against the block's mean: per revision, its blocks, those shared
+# with another revision, and its mean advantage over the blocks' means (a paired comparison).
+PAIRING = f"""
+SELECT r.environment_fingerprint, r.policy, r.policy_revision, count(*) AS decided,
+       count(*) FILTER (WHERE b.decided > 1) AS paired, avg(e.success::INT - b.mean) AS advantage_over_block_mean
+{EPISODES} JOIN block b ON b.env = r.environment_fingerprint AND b.seed = e.seed AND b.variations = e.variations
+WHERE e.success IS NOT NULL GROUP BY ALL ORDER BY ALL"""
+
+# The same, literally: GROUP BY (block, policy revision), then reduced per revision (10M groups at 10M episodes).
+OUTCOMES = f"""
+WITH outcome AS (
     SELECT r.environment_fingerprint AS env, e.seed, e.variations, r.policy, r.policy_revision,
-           count(*) FILTER (WHERE e.success IS NOT NULL) AS decided,
-           count(*) FILTER (WHERE e.success) AS successes
-    FROM episodes e JOIN runs r USING (experiment_id, run)
-    GROUP BY ALL),
-block AS (
-    SELECT env, seed, variations, count(*) AS revisions, avg(successes / decided) AS mean
-    FROM outcome WHERE decided > 0 GROUP BY ALL)
+           count(*) AS decided, count(*) FILTER (WHERE e.success) AS successes
+    {EPISODES} WHERE e.success IS NOT NULL GROUP BY ALL),
+block AS (SELECT env, seed, variations, count(*) AS revisions, avg(successes / decided) AS mean
+           FROM outcome GROUP BY ALL)
 SELECT o.env AS environment_fingerprint, o.policy, o.policy_revision, count(*) AS blocks,
-       count(*) FILTER (WHERE b.revisions > 1) AS paired_blocks,
+       count(*) FILTER (WHERE b.revisions > 1) AS paired,
        avg(o.successes / o.decided - b.mean) AS advantage_over_block_mean
-FROM outcome o JOIN block b USING (env, seed, variations)
-WHERE o.decided > 0
-GROUP BY ALL ORDER BY ALL"""
+FROM outcome o JOIN block b USING (env, seed, variations) GROUP BY ALL ORDER BY ALL"""
 
 
 def board(store: Any) -> dict[str, Any]:
     """The board's stand-in (swap for `evalfleet.store.board` when it lands): its tables as Arrow tables."""
     con = store.connect()
     try:
-        return {"leaderboard": con.sql(LEADERBOARD).to_arrow_table(), "pairing": con.sql(PAIRING).to_arrow_table()}
+        leaderboard = con.sql(LEADERBOARD).to_arrow_table()
+        con.execute(BLOCKS)
+        return {"leaderboard": leaderboard, "pairing": con.sql(PAIRING).to_arrow_table()}
     finally:
         con.close()
+
+
+def outcomes(store: Any) -> dict[str, Any]:
+    """The leaderboard, and the pairing as one GROUP BY per (block, policy revision): what to avoid, measured."""
+    con = store.connect()
+    try:
+        return {"leaderboard": con.sql(LEADERBOARD).to_arrow_table(), "pairing": con.sql(OUTCOMES).to_arrow_table()}
+    finally:
+        con.close()
+
+
+QUERIES = {"board": board, "outcomes": outcomes}
 
 
 def peak_rss_mb() -> float:
@@ -219,7 +247,7 @@ def child(what: str, store_dir: str, folders: list[str]) -> int:
         with Timer() as files:
             store.files()
         with Timer() as t:
-            tables = board(store)
+            tables = QUERIES[what](store)
         out["files_s"] = files.seconds
         out["rows"] = {name: table.num_rows for name, table in tables.items()}
         out["episodes"] = int(sum(tables["leaderboard"].column("episodes").to_pylist()))
@@ -271,6 +299,8 @@ def main() -> int:
     parser.add_argument("--scales", default=",".join(SCALES), help="comma-separated: " + ", ".join(SCALES))
     parser.add_argument("--cache", default=os.path.expanduser("~/.cache/evalfleet/bench-store"),
                         help="where the synthetic outputs and the 10M store are kept between runs")
+    parser.add_argument("--queries", default="board", help="comma-separated: " + ", ".join(QUERIES)
+                        + " (outcomes: the pairing as one GROUP BY per block and policy revision)")
     parser.add_argument("--src", help="run the measurements with this checkout's src/ folder (figures before a change)")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     add_repeat_arg(parser)
@@ -282,6 +312,8 @@ def main() -> int:
     scales = [s for s in args.scales.split(",") if s]
     if any(s not in SCALES for s in scales):
         parser.error(f"--scales: choose from {', '.join(SCALES)}")
+    if any(q not in QUERIES for q in args.queries.split(",")):
+        parser.error(f"--queries: choose from {', '.join(QUERIES)}")
     start = machine()
     os.makedirs(args.cache, exist_ok=True)
     with Timer() as made:
@@ -304,7 +336,8 @@ def main() -> int:
             return run_child("add", stores[scale], folders[:SCALES[scale]])
 
         added = rotated({s: (lambda s=s: add(s)) for s in scales if s != "10M"}, args.repeats)
-        queried = rotated({s: (lambda s=s: run_child("query", stores[s])) for s in scales}, args.repeats)
+        queried = {f"{q} {s}": m for q in args.queries.split(",") for s, m in rotated(
+            {s: (lambda s=s, q=q: run_child(q, stores[s])) for s in scales}, args.repeats).items()}
         figures: dict[str, Any] = {
             "src": args.src or "this checkout", "episodes_per_experiment": PER_EXPERIMENT,
             "runs_per_experiment": len(TASKS) * len(POLICIES),
@@ -319,9 +352,11 @@ def main() -> int:
             figures["add_10M_once"] = {k: round(v, 3) for k, v in built_10m.items() if k != "episodes"} \
                 if built_10m else "cached store reused (built by an earlier run)"
         figures["growth"] = {"add_seconds": growth(figures["add"], scales, "seconds"),
-                             "add_peak_rss": growth(figures["add"], scales, "peak_rss_mb"),
-                             "query_seconds": growth(figures["query"], scales, "seconds"),
-                             "query_peak_rss": growth(figures["query"], scales, "peak_rss_mb")}
+                             "add_peak_rss": growth(figures["add"], scales, "peak_rss_mb")}
+        for q in args.queries.split(","):
+            by_scale = {s: figures["query"][f"{q} {s}"] for s in scales}
+            figures["growth"][f"{q}_seconds"] = growth(by_scale, scales, "seconds")
+            figures["growth"][f"{q}_peak_rss"] = growth(by_scale, scales, "peak_rss_mb")
         emit(figures, machine_before=start)
     finally:
         shutil.rmtree(work, ignore_errors=True)
