@@ -10,7 +10,6 @@ import io
 import json
 import math
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -201,7 +200,6 @@ def test_a_policy_with_other_outcomes_on_the_same_blocks_pairs_its_latest(board_
     store = tmp_path / "store"
     shutil.copytree(board_store["store"], store)
     fourth = flipped_copy(board_store["outputs"]["second"], tmp_path / "fourth")
-    time.sleep(1.1)  # the store orders Experiments by when they were added, to the second
     assert run_evalfleet("store", "add", str(fourth), "--store", str(store)).returncode == 0
     EXPERIMENTS["fourth"] = EXPERIMENTS["second"]
     try:

@@ -124,7 +124,7 @@ def output_rows(loc: Location, *, tags: list[str] | None = None, step: int | Non
         "episodes": {k: pa.chunked_array(v, schema.field(k).type) for k, v in episodes.items()}, "runs": runs,
         "experiments": {
             "experiment_id": [rows.experiment_id], "name": [name], "source": [loc.display()],
-            "added_at": [_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")],
+            "added_at": [_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")],
             "started_at": [str(first_started(metadata))], "finished_at": [metadata.get("finished_at")],
             "status": [metadata.get("status")], "step": [step], "tags": [canonical(sorted(set(tags or [])))],
             "config_sha256": [metadata.get("config_sha256")],
