@@ -10,13 +10,11 @@ the disk of one. The policies of a task share their seeds and variations, so the
   add     `evalfleet store add` (store.add_outputs) of 1 output (100k) and 10 outputs (1M) into a fresh store,
           in a fresh process; the 10M store (100 outputs) is built once the same way and cached: its add time
           is the one build's (n=1, or null when the cached store was reused)
-  query   `board(store)` over the 100k, 1M and 10M stores, in a fresh process: until `evalfleet board` lands,
-          its stand-in (swap `board` for it): per environment fingerprint, policy and revision, episodes and
-          successes (episodes joined with runs); and the pairing: each (fingerprint, seed, variations) block's mean
-          outcome (GROUP BY, into a temporary table), each revision's outcomes against it (per revision: decided
-          episodes, those in blocks shared with another revision, the mean advantage over the block means).
-          `--queries board,outcomes` also measures the pairing as one GROUP BY per (block, policy revision).
-          `Store.files()` (every footer checked) is also timed on its own in the same process.
+  query   `evalfleet board` (store/board.build_board) over the 100k, 1M and 10M stores, in a fresh process.
+          `--queries standin`: the stand-in measured before the board landed (per fingerprint, policy and
+          revision, episodes and successes; each block's mean outcome in a temporary table, each revision's
+          outcomes against it). `--queries outcomes`: that pairing as one GROUP BY per (block, policy revision),
+          what to avoid. `Store.files()` (every footer checked) is also timed on its own in the same process.
 
 Each measurement states its wall time (in the child, after imports), CPU seconds and peak RSS (the child's
 VmHWM); --repeats rounds, the order rotated. Prints JSON: median and spread, how each grows with the episodes,
@@ -201,8 +199,15 @@ SELECT o.env AS environment_fingerprint, o.policy, o.policy_revision, count(*) A
 FROM outcome o JOIN block b USING (env, seed, variations) GROUP BY ALL ORDER BY ALL"""
 
 
-def board(store: Any) -> dict[str, Any]:
-    """The board's stand-in (swap for `evalfleet.store.board` when it lands): its tables as Arrow tables."""
+def board(store: Any) -> Any:
+    """`evalfleet board` itself (store/board.py: build_board): the leaderboard rows, the pairing and the ranking."""
+    from evalfleet.store.board import build_board
+
+    return build_board(store)
+
+
+def standin(store: Any) -> dict[str, Any]:
+    """The board's stand-in measured before `evalfleet board` landed: its tables as Arrow tables."""
     con = store.connect()
     try:
         leaderboard = con.sql(LEADERBOARD).to_arrow_table()
@@ -221,7 +226,7 @@ def outcomes(store: Any) -> dict[str, Any]:
         con.close()
 
 
-QUERIES = {"board": board, "outcomes": outcomes}
+QUERIES = {"board": board, "standin": standin, "outcomes": outcomes}
 
 
 def peak_rss_mb() -> float:
@@ -249,8 +254,13 @@ def child(what: str, store_dir: str, folders: list[str]) -> int:
         with Timer() as t:
             tables = QUERIES[what](store)
         out["files_s"] = files.seconds
-        out["rows"] = {name: table.num_rows for name, table in tables.items()}
-        out["episodes"] = int(sum(tables["leaderboard"].column("episodes").to_pylist()))
+        if isinstance(tables, dict):  # the stand-in's Arrow tables
+            out["rows"] = {name: table.num_rows for name, table in tables.items()}
+            out["episodes"] = int(sum(tables["leaderboard"].column("episodes").to_pylist()))
+        else:  # the Board
+            out["rows"] = {"leaderboard": len(tables.rows), "ranking": len(tables.ranking),
+                           "paired_blocks": tables.blocks}
+            out["episodes"] = tables.episodes
     usage = resource.getrusage(resource.RUSAGE_SELF)
     print(json.dumps({"seconds": t.seconds, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mb": peak_rss_mb(),
                       **out}))
