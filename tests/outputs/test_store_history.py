@@ -97,3 +97,23 @@ def test_history_table_plot_and_refusals(series, tmp_path: Path) -> None:
     assert proc.returncode == 2 and "baseline 'ghost'" in proc.stderr
     proc = run_evalfleet("history", "trained", "--store", str(store), "--plot", str(tmp_path / "h.txt"))
     assert proc.returncode == 2 and "--plot" in proc.stderr
+
+
+def test_the_board_keeps_each_checkpoint_a_revision_of_its_own(series) -> None:
+    """The same series on `evalfleet board`: each step a revision of `trained` (told apart by its step alone: the
+    in-process server's port is wiring, not identity), every row's counts as the records say, and the step run
+    with one more variation a row of its own environment, the variation named."""
+    root, store = series
+    proc = run_evalfleet("board", "--store", str(store), "--json")
+    assert proc.returncode == 0, proc.stderr
+    board = json.loads(proc.stdout)
+    rows = {(r["environment_fingerprint"], r["policy_name"], r["successes"], r["decided"]) for r in board["rows"]}
+    by_output = {"base": "baseline", **{f"s{step}": "trained" for step in STEPS}, "other_env": "trained"}
+    hand = set()
+    for folder, name in by_output.items():
+        mine = outcomes(root / folder)
+        hand.add((name, sum(mine.values()), len(mine)))
+    assert {(n, s, d) for _fp, n, s, d in rows} == hand
+    assert len(board["rows"]) == len(by_output)
+    assert any("trained" in note and "step" in note and "port" not in note for note in board["notes"])
+    assert any("variations.robot.action_noise" in note for note in board["notes"])

@@ -1,11 +1,12 @@
 """What makes two results comparable: a policy's identity and an environment's fingerprint.
 
 A policy is its name plus a revision: a digest of its configuration (type and options: a server image, a
-checkpoint path, its settings), of what it declares about its weights (a LeRobot checkpoint's config and weights
-digests, carried on its records) and of the training step it was evaluated at. An environment is its type, task
-and options, the variations that were on, the simulator packages' versions and the task protocol's identity
-(evalfleet's success and failure semantics). Both are kept as canonical JSON beside their digest, so a command
-that refuses to pool two results names the field that differs (`differences`).
+checkpoint path, its settings; not where a served policy is reached: host, port, timeouts), of what it declares
+about its weights (a LeRobot checkpoint's config and weights digests, carried on its records) and of the training
+step it was evaluated at. An environment is its type, task and options, the variations that were on, the
+simulator packages' versions and the task protocol's identity (evalfleet's success and failure semantics). Both
+are kept as canonical JSON beside their digest, so a command that refuses to pool two results names the field that
+differs (`differences`).
 """
 
 from __future__ import annotations
@@ -27,10 +28,16 @@ def digest(value: Any) -> str:
     return hashlib.sha256(canonical(value).encode()).hexdigest()
 
 
+# Where a served policy is reached and how patiently, not what it is: evaluate()'s in-process server gets a new
+# port on every call, and the same checkpoint must stay the same revision.
+WIRING_KEYS = ("host", "port", "request_timeout_s", "max_retries", "connect_timeout_s")
+
+
 def policy_identity(run: dict[str, Any], records: list[dict[str, Any]], step: int | None) -> dict[str, Any]:
     """The parts of a Run's policy revision (`run`: its entry in the output's experiment.yaml)."""
     declared = next((r["policy_provenance"] for r in records if isinstance(r.get("policy_provenance"), dict)), None)
-    return {"config": run.get("policy") or {}, "declared": declared, "step": step}
+    config = {k: v for k, v in (run.get("policy") or {}).items() if k not in WIRING_KEYS}
+    return {"config": config, "declared": declared, "step": step}
 
 
 def environment_identity(run: dict[str, Any], versions: dict[str, Any], protocol: str | None) -> dict[str, Any]:
