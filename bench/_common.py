@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -152,3 +153,13 @@ def compact_json(value: Any, indent: int = 0) -> str:
 def add_repeat_arg(parser: Any, default: int = DEFAULT_REPEATS) -> None:
     parser.add_argument("--repeats", type=int, default=default,
                         help=f"repeats of each measurement (default {default}; at least 3 for a median and spread)")
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set (VmHWM; getrusage's ru_maxrss where /proc is not there), in MB."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            kb = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(kb / 1024, 1)

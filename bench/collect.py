@@ -37,7 +37,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import Timer, add_repeat_arg, emit, machine, ratios, spread
+from _common import Timer, add_repeat_arg, emit, machine, peak_rss_mb, ratios, spread
 
 STEPS = ("separate", "finalize", "collect")
 
@@ -94,16 +94,6 @@ def run_step(step: str, root: str) -> dict:
     else:
         result = collect([root], root, report=True)
     return result["summary"]["episodes"]
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident set (VmHWM; getrusage's ru_maxrss where /proc is not there), in MB."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            kb = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
-    except (OSError, StopIteration):
-        kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return round(kb / 1024, 1)
 
 
 def child(step: str, root: str) -> int:

@@ -40,7 +40,7 @@ import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import Timer, add_repeat_arg, emit, machine, rotated, spread
+from _common import Timer, add_repeat_arg, emit, machine, peak_rss_mb, rotated, spread
 
 GENERATOR = 1  # the synthetic output's version: the cache is keyed by it; change it when make_output changes
 PER_EXPERIMENT = 100_000
@@ -227,16 +227,6 @@ def outcomes(store: Any) -> dict[str, Any]:
 
 
 QUERIES = {"board": board, "standin": standin, "outcomes": outcomes}
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident set (VmHWM; getrusage's ru_maxrss where /proc is not there), in MB."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            kb = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
-    except (OSError, StopIteration):
-        kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return round(kb / 1024, 1)
 
 
 def child(what: str, store_dir: str, folders: list[str]) -> int:
