@@ -222,6 +222,35 @@ def compare(
     }
 
 
+def gate(result: dict[str, Any]) -> dict[str, Any]:
+    """The CI gate over a comparison (`evalfleet compare --gate`): a candidate fails when its success rate on a task
+    is lower than the baseline's and the difference is significant after Holm's correction over the per-task
+    success tests (pooled and progress rows are not in this family: a regression on any one task fails). Returns
+    {"passed", "worse": [{policy, task, baseline_rate, policy_rate, p_value, p_holm, test}], "family_size",
+    "alpha", "rule"}."""
+    alpha = result["alpha"]
+    rows = [r for r in result["comparisons"] if r.get("outcome") == "success" and r["task"] != "(pooled)"
+            and r.get("p_value") is not None]
+    worse = []
+    for r, adjusted in zip(rows, holm_adjust([r["p_value"] for r in rows])):
+        if adjusted < alpha and r["policy_rate"]["rate"] < r["baseline_rate"]["rate"]:
+            worse.append({"policy": r["policy"], "task": r["task"], "baseline_rate": r["baseline_rate"]["rate"],
+                          "policy_rate": r["policy_rate"]["rate"], "p_value": r["p_value"], "p_holm": adjusted,
+                          "test": r.get("test")})
+    return {"passed": not worse, "worse": worse, "family_size": len(rows), "alpha": alpha,
+            "rule": "fails when a policy's success rate on a task is below the baseline's with Holm-adjusted "
+                    f"p < {alpha:g} over the per-task tests (paired McNemar where the arms share seeds)"}
+
+
+def gate_lines(verdict: dict[str, Any], baseline: str) -> list[str]:
+    """What the gate says, one line per regression."""
+    if verdict["passed"]:
+        return [f"gate: passed: no policy is worse than {baseline} on any task "
+                f"({verdict['family_size']} per-task tests, Holm, alpha {verdict['alpha']:g})"]
+    return [f"gate: FAILED: {w['policy']} is worse than {baseline} on {w['task']}: {w['policy_rate']:.1%} against "
+            f"{w['baseline_rate']:.1%} ({w['test']}, p_holm={w['p_holm']:.3g})" for w in verdict["worse"]]
+
+
 def print_table(result: dict[str, Any], width: int | None = None) -> None:
     for line in table_lines(result, width):
         print(line)

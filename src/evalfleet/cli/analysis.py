@@ -59,6 +59,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--runs", nargs="+", metavar="RUN", help="only these runs")
     c.add_argument("--alpha", type=float, default=0.05, help="family-wise error rate (default 0.05)")
     c.add_argument("--output", "-o", help="JSON file (default DIR/plots/compare_<baseline>.json)")
+    c.add_argument("--gate", action="store_true",
+                   help="for CI: exit 1 when a policy is worse than the baseline on some task (Holm over the "
+                        "per-task tests), 0 when none is; the verdict is printed and kept in the JSON")
     c.set_defaults(handler=cmd_compare)
 
     w = sub.add_parser("power", help="episodes per arm needed to detect a success-rate difference",
@@ -226,7 +229,7 @@ def _looks_like_input(name: str) -> bool:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from evalfleet.analysis.compare import compare, print_table
+    from evalfleet.analysis.compare import compare, gate, gate_lines, print_table
     from evalfleet.analysis.grouping import UNTAGGED, listing, ordered_policies
     from evalfleet.analysis.plots import write_json
 
@@ -253,9 +256,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     policies = [args.baseline] + [p for p in policies if p != args.baseline]
     result = compare(labelled, args.baseline, policies, alpha=args.alpha)
     result["excluded_errors"] = record_set.n_errors
+    if args.gate:
+        result["gate"] = gate(result)
     print_table(result)
     write_json(output, result)
     print(f"wrote {output}")
+    if args.gate:
+        for line in gate_lines(result["gate"], args.baseline):
+            print(line)
+        return 0 if result["gate"]["passed"] else 1
     return 0
 
 
