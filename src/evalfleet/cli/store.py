@@ -66,6 +66,9 @@ def _add(args: argparse.Namespace) -> int:
         if not re.fullmatch(r"[A-Za-z0-9_.:/=+-]{1,100}", tag):
             raise UserError(f"a tag holds 1 to 100 of {TAG_CHARACTERS}, got {tag[:120]!r}", where="command line",
                             key="--tag")
+    from evalfleet.feedback import enable_cli_feedback
+
+    enable_cli_feedback()  # a long add says which Run it reads
     store = _store(args)
     added = add_outputs(store, args.outputs, tags=args.tag, endpoint_url=args.s3_endpoint,
                         log=lambda line: print(line, file=sys.stderr, flush=True))

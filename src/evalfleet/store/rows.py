@@ -15,16 +15,20 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from evalfleet.errors import UserError
+from evalfleet.feedback import is_long
 from evalfleet.layout import EXPERIMENT_FILE, METADATA_FILE, RESULT_FILE
 from evalfleet.outputs.storage import Location
 from evalfleet.store.identity import canonical, digest, environment_identity, policy_identity
 from evalfleet.store.schema import arrow_schemas
 
 MAX_TAGS = 32
+
+log = logging.getLogger("evalfleet.store")
 
 
 @dataclass
@@ -98,9 +102,14 @@ def output_rows(loc: Location, *, tags: list[str] | None = None, step: int | Non
         "experiment_id", "run", "task", "policy", "policy_type", "policy_revision", "policy_identity",
         "environment_type", "environment_fingerprint", "environment_identity", "protocol", "step", "status",
         "planned_episodes", "episodes", "successes", "failures", "errors")}
-    for run_name, summary in result["runs"].items():
+    recorded = sum(number((r or {}).get("episodes_recorded"), int) or 0 for r in result["runs"].values()
+                   if isinstance(r, dict))
+    long = is_long(files=len(result["runs"]), episodes=recorded)
+    for index, (run_name, summary) in enumerate(result["runs"].items(), 1):
         if not isinstance(summary, dict):
             continue
+        if long:  # progress on a long add: one line per Run (enable_cli_feedback shows them on stderr)
+            log.info("%s: reading Run %d of %d (%s)", loc.display(), index, len(result["runs"]), run_name)
         found, declared = run_episodes(loc, str(run_name), summary, rows.experiment_id)
         for key, values in found.items():
             episodes[key].append(values)
