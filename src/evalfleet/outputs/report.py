@@ -20,6 +20,7 @@ from evalfleet.outputs.report_decisions import decisions_section, has_stopping, 
 from evalfleet.outputs.report_episodes import episode_manifest, script_safe
 from evalfleet.outputs.report_failures import failures_section
 from evalfleet.outputs.report_timings import metadata_line, timings_section
+from evalfleet.outputs.summary import CLIPPED_NOTE
 
 
 def _asset(name: str) -> str:
@@ -91,6 +92,10 @@ def _summary_table(result: dict[str, Any]) -> str:
                        f'{_e(aside.get("foreign", 0))} of another Run, {_e(aside.get("out_of_plan", 0))} outside '
                        f'the plan, {_e(aside.get("stale", 0))} stale duplicate(s), '
                        f'{_e(aside.get("malformed", 0))} without a valid status</div>')
+        clipping = r.get("clipped_actions") or {}
+        if clipping.get("flagged"):
+            reason += (f'<div class="note clipped">{_e(CLIPPED_NOTE.format(fraction=clipping["fraction"]))} '
+                       f'({_e(clipping["steps_clipped"])} of {_e(clipping["steps"])} steps)</div>')
         t = r.get("timings") or {}
         rows.append(
             f'<tr data-run="{_e(r["run"])}" data-status="{_e(r["status"])}">'

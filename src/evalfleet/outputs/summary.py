@@ -160,6 +160,11 @@ def summarise_run(name: str, records: list[dict[str, Any]], status: dict[str, An
     progress = progress_summary(records)
     if progress is not None:
         summary["progress"] = progress
+    clipping = clipping_summary(records)
+    if clipping is not None:
+        summary["clipped_actions"] = clipping
+        if clipping["flagged"]:
+            notes.append(CLIPPED_NOTE.format(fraction=clipping["fraction"]))
     for key in ("restarts", "reran"):  # an Arena Run's task says what a restart of Arena's runner reran
         if status.get(key):
             summary[key] = status[key]
@@ -169,6 +174,27 @@ def summarise_run(name: str, records: list[dict[str, Any]], status: dict[str, An
     if notes:
         summary["notes"] = notes
     return summary
+
+
+CLIPPED_MOSTLY = 0.5  # a Run whose actions lay outside the env's bounds on more steps than this is flagged
+CLIPPED_NOTE = ("actions outside the environment's bounds on {fraction:.0%} of steps (clipped by the env): the "
+                "likely fault is the action convention: a scale (raw units against a normalised range, or x10), "
+                "a missing (un)normalisation, or another action space")
+
+
+def clipping_summary(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """How often a Run's actions lay outside the env's declared bounds: steps clipped of steps stepped, the
+    episodes with any, and `flagged` past CLIPPED_MOSTLY; None when no record counted (no bounds declared)."""
+    counted = [r for r in records if isinstance(r.get("clipped_actions"), int)
+               and isinstance(r.get("episode_length"), int) and not isinstance(r.get("clipped_actions"), bool)]
+    if not counted:
+        return None
+    clipped = sum(r["clipped_actions"] for r in counted)
+    steps = sum(max(0, r["episode_length"]) for r in counted)
+    fraction = clipped / steps if steps else 0.0
+    return {"steps_clipped": clipped, "steps": steps, "fraction": round(fraction, 6),
+            "episodes_clipped": sum(1 for r in counted if r["clipped_actions"] > 0), "episodes": len(counted),
+            "flagged": fraction > CLIPPED_MOSTLY}
 
 
 def _plural(n: int, word: str) -> str:

@@ -1,5 +1,7 @@
 """The runner's check of every action before the env steps it: `action_dim` finite numbers, or a
-SpecMismatchError of the Run (never cut to size, stepped with, or counted as a failure)."""
+SpecMismatchError of the Run (never cut to size, stepped with, or counted as a failure); and whether it lies
+outside the bounds the env declares (`action_low`/`action_high`), which the env clips: counted per episode
+(`clipped_actions`), since a policy clipped on most steps usually has the wrong action scale or convention."""
 
 from __future__ import annotations
 
@@ -37,3 +39,18 @@ def checked_action(action: Any, env: Any, run: Any, plan: Any, step: int, spec: 
         f"{spec.index if spec else '?'}; environment {env_type} takes {env_spec.describe()} "
         "(finite values): make the policy produce that action, or choose the environment it was made for",
         where=f"Run {plan.name!r}")
+
+
+def action_bounds(env: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """The env's declared action bounds as arrays (low, high), or None when it declares none."""
+    low, high = getattr(env, "action_low", None), getattr(env, "action_high", None)
+    if low is None or high is None:
+        return None
+    low, high = np.asarray(low, dtype=np.float64).reshape(-1), np.asarray(high, dtype=np.float64).reshape(-1)
+    return (low, high) if low.shape == high.shape else None
+
+
+def outside(values: np.ndarray, bounds: tuple[np.ndarray, np.ndarray]) -> bool:
+    """Whether an action (checked: `action_dim` finite numbers) has a component outside the bounds."""
+    flat = values.reshape(-1)
+    return flat.shape == bounds[0].shape and bool((flat < bounds[0]).any() or (flat > bounds[1]).any())

@@ -47,6 +47,8 @@ class EpisodeRecord:
     # A Run whose `timing:` is not sync (rollout/latency.py): mode, latency_ms, latency_steps, held_steps,
     # stale_steps, stale_ratio; absent for sync Runs, whose records are as they always were.
     timing: dict[str, Any] | None = None
+    # Steps whose action lay outside the env's declared bounds (the env clipped them); absent where it declares none.
+    clipped_actions: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         # Shallow (not dataclasses.asdict, which deep-copies): the dict is serialised at once.

@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable
 from evalfleet.experiment.plan import RunPlan, Shard
 from evalfleet.layout import part_path, timings_path
 from evalfleet.policies.base import single_act
-from evalfleet.rollout.actions import checked_action
+from evalfleet.rollout.actions import action_bounds, checked_action, outside
 from evalfleet.rollout.failures import (check_records_protocol, describe_error, env_code, policy_code,
                                         recording_code, run_protocol, task_code, write_protocol)
 from evalfleet.rollout.garbage import GarbageBound
@@ -208,6 +208,8 @@ class ShardRunner:
             return 0
         # SpecMismatchError (not `action_dim` finite numbers): the Run stops
         action = checked_action(slot.queue.popleft(), slot.env, self.run, self.plan, slot.steps, slot.spec)
+        if slot.bounds is not None and outside(action, slot.bounds):
+            slot.clipped += 1
         stage = env_code  # what failed, for the record's code: the env's step, or the video's frame
         try:
             t0 = time.perf_counter()  # not timings.phase(): a context manager per step costs more than the append
@@ -247,6 +249,7 @@ class ShardRunner:
             index, attempt = item
             spec = self.plan.episode(index)
             slot.spec, slot.attempt, slot.steps, slot.latency_s, slot.calls = spec, attempt, 0, 0.0, 0
+            slot.bounds, slot.clipped = action_bounds(slot.env), 0
             slot.progress = None
             slot.queue.clear()
             slot.timing = self.latency.episode(spec, slot.env) if self.latency else None
@@ -307,6 +310,7 @@ class ShardRunner:
             progress=None if error else slot.progress,
             policy_provenance=getattr(self._policy, "provenance", None),
             timing=slot.timing.record(slot.queue, slot.steps) if slot.timing else None,
+            clipped_actions=None if slot.bounds is None else slot.clipped,
             failure_code=None if status == "success" else (code or POLICY_ERROR.code),
             protocol=self._identity,
         )

@@ -40,6 +40,8 @@ class Slot:
     video: Any = None  # EpisodeVideo while this episode is being recorded
     progress: Any = None  # the env's progress for this episode (StepResult.info["progress"]), if it reports one
     timing: Any = None  # a simulated-latency Run's latency.EpisodeTiming of this episode
+    bounds: Any = None  # the env's declared action bounds (low, high), None when it declares none
+    clipped: int = 0  # steps of this episode whose action lay outside them (the env clipped it)
 
 
 @dataclass

@@ -40,6 +40,8 @@ def make_task_env(task: str) -> Any:
 
 class MetaworldEnvironment(MujocoEnvironment):
     action_dim = 4
+    action_low = (-1.0, -1.0, -1.0, -1.0)  # Meta-World clips every action to [-1, 1]
+    action_high = (1.0, 1.0, 1.0, 1.0)
 
     def __init__(self, options: MetaworldOptions):
         bounded_iteration()  # data.contact without an exception at its end: a quarter of push-v3's step
