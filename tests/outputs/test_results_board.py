@@ -432,3 +432,22 @@ def test_several_bad_claims_are_named_together(board_store, tmp_path: Path) -> N
               {"policy": "phantom", "task": "push-v3", "success": 0.5, "source": "s"}]
     proc = run_evalfleet("board", "--store", board_store["store"], "--claims", str(claims_file(tmp_path, claims)))
     one_line_refusal(proc, "[0].policy: no policy 'ghost'", "[2].policy: no policy 'phantom'")
+
+
+def test_a_block_of_more_than_127_policies_is_counted(tmp_path: Path) -> None:
+    """bit_count gives a TINYINT: summed over the words of 200 policies present in one block it overflowed at 127
+    ("Overflow in addition of INT8", seen on bench/store.py's 10M store of 400 revisions)."""
+    import duckdb
+
+    from evalfleet.store.board_queries import one_pass
+
+    con = duckdb.connect()
+    con.execute("""CREATE TABLE episodes AS SELECT 'x' AS experiment_id, 'r' || i AS run, 7::BIGINT AS seed,
+                   '{}' AS variations, CASE WHEN i % 2 = 0 THEN 'success' ELSE 'failure' END AS status,
+                   0::BIGINT AS episode FROM range(200) t(i)""")
+    con.execute("""CREATE TABLE selected AS SELECT 'x' AS experiment_id, 'r' || i AS run, 1 AS env_id,
+                   i + 1 AS policy_id, i + 1 AS recency FROM range(200) t(i)""")
+    rows, patterns = one_pass(con, 200)
+    assert len(rows) == 200 and len(patterns) == 1 and patterns[0]["blocks"] == 1
+    assert sum(bin(word).count("1") for word in patterns[0]["present"]) == 200
+    assert sum(bin(word).count("1") for word in patterns[0]["won"]) == 100

@@ -64,7 +64,7 @@ def one_pass(con: Any, policies: int) -> tuple[list[dict[str, Any]], list[dict[s
     lists), extra (some policy ran the block more than once), blocks), from one read of the episodes."""
     n = words(policies)
     word_names = [f"{k}{w}" for k in ("won", "lost") for w in range(n)]
-    present = " + ".join(f"bit_count(won{w} | lost{w})" for w in range(n))
+    present = " + ".join(f"bit_count(won{w} | lost{w})::INTEGER" for w in range(n))  # TINYINT: 127 at most
     sql = f"""
         WITH grouped AS (
             SELECT grouping(policy_id) AS is_block, env_id, policy_id, seed, count(*) AS episodes,
@@ -95,7 +95,7 @@ def resolve_conflicts(con: Any, policies: int) -> list[dict[str, Any]]:
     its latest added episode's; `differing` the policies whose outcomes there differ."""
     n = words(policies)
     decided = "won IS NOT NULL AND seed IS NOT NULL"
-    present = " + ".join(f"bit_count(won{w} | lost{w})" for w in range(n))
+    present = " + ".join(f"bit_count(won{w} | lost{w})::INTEGER" for w in range(n))  # TINYINT: 127 at most
     clash = " OR ".join(f"won{w} & lost{w} <> 0" for w in range(n))
     sql = f"""
         WITH ep AS (SELECT * FROM ({EPISODES}) WHERE {decided}),
