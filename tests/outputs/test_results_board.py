@@ -451,3 +451,19 @@ def test_a_block_of_more_than_127_policies_is_counted(tmp_path: Path) -> None:
     assert len(rows) == 200 and len(patterns) == 1 and patterns[0]["blocks"] == 1
     assert sum(bin(word).count("1") for word in patterns[0]["present"]) == 200
     assert sum(bin(word).count("1") for word in patterns[0]["won"]) == 100
+
+
+def test_a_board_of_more_policies_than_it_ranks_says_so_and_shows_its_rows(board_store, board, monkeypatch) -> None:
+    """The ranking's bootstrap grows with the square of the policies (bench/store.py's 10M store of 2,000 revisions
+    asked numpy for 30 GiB): past MAX_RANKED the rows are shown, the ranking is skipped and the note says how to
+    narrow the board."""
+    from evalfleet import store as results_store
+    from evalfleet.store import board as board_module
+    from evalfleet.store.board_page import render_board_page
+    from evalfleet.store.board_text import board_csv, board_lines
+
+    monkeypatch.setattr(board_module, "MAX_RANKED", 2)
+    big = board_module.build_board(results_store.open(board_store["store"]))
+    assert big.to_dict()["rows"] == board["rows"] and big.ranking == []
+    assert any("ranking: not computed: 3 policy revisions" in n and "--policy" in n for n in big.notes)
+    assert board_lines(big, 100) and board_csv(big) and "<table" in render_board_page(big)

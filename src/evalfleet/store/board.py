@@ -362,6 +362,9 @@ def assemble(where: str, filters: Filters, runs: list[dict[str, Any]], counts: l
                  blocks, details, notes)
 
 
+MAX_RANKED = 200  # policy revisions ranked at once: 1,000 bootstrap fits of a 200 x 200 win matrix take seconds
+
+
 def rank(rows: list[BoardRow], environments: dict[int, BoardEnvironment], policies: dict[int, BoardPolicy],
          patterns: list[dict[str, Any]], notes: list[str], *, bootstrap: int | None
          ) -> tuple[list[RankedPolicy], list[PairCount], int, dict[str, Any]]:
@@ -371,6 +374,10 @@ def rank(rows: list[BoardRow], environments: dict[int, BoardEnvironment], polici
     from evalfleet.analysis.ranking import BOOTSTRAP, rank_blocks
 
     labels = sorted({p.label for p in policies.values()})
+    if len(labels) > MAX_RANKED:  # the bootstrap's memory and time grow with the square of the policies
+        notes.append(f"ranking: not computed: {len(labels)} policy revisions on the board, more than {MAX_RANKED}; "
+                     "narrow it (--policy, --task, --since, --experiment) to rank them")
+        return [], [], int(sum(p["blocks"] for p in patterns)), {"method": METHOD, "skipped": len(labels)}
     column = {pid: labels.index(p.label) for pid, p in policies.items()}
     fingerprints = sorted({environments[p["env_id"]].fingerprint for p in patterns})
     y = np.full((len(patterns), len(labels)), np.nan)
