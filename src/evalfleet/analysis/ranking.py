@@ -37,6 +37,7 @@ PSEUDO_WINS = 0.5  # per ordered pair of policies that share a paired block
 BOOTSTRAP = 1000
 LEVEL = 0.95
 SEED = 20250  # the bootstrap's own seed: the same records give the same intervals
+BOOT_BYTES = 256 * 1024 * 1024  # the bootstrap's win matrices, at most, at once
 FEW_DISCORDANT = 10  # below this many discordant pairs a policy's interval is said to be rough
 MAX_ITER = 5000
 TOL = 1e-10
@@ -117,6 +118,25 @@ def _resampled_patterns(y: np.ndarray, strata: np.ndarray, counts: np.ndarray, b
     return np.concatenate(patterns), np.concatenate(weights, axis=1).astype(float)
 
 
+def _bootstrap_strengths(patterns: np.ndarray, weights: np.ndarray, edges: np.ndarray,
+                         groups: np.ndarray) -> np.ndarray:
+    """fit_strengths over every bootstrap replicate, one group of policies at a time (groups share no block, so
+    their fits are independent) and in slices of replicates small enough for BOOT_BYTES: the win matrices take
+    replicates x policies^2 numbers, which for the store's board of many policy revisions would not fit in memory
+    at once. One group that fits is fitted as one array, as before."""
+    boot = np.zeros((weights.shape[0], len(groups)))
+    for g in np.unique(groups):
+        members = np.flatnonzero(groups == g)
+        rows = np.flatnonzero((~np.isnan(patterns[:, members])).sum(axis=1) >= 2)  # patterns this group plays
+        part = patterns[np.ix_(rows, members)]
+        sub_edges = edges[np.ix_(members, members)]
+        step = max(1, BOOT_BYTES // (8 * len(members) ** 2 * 4))  # a few arrays of that size live at once
+        for start in range(0, weights.shape[0], step):
+            wins = _win_matrix(part, weights[start:start + step][:, rows])
+            boot[start:start + step, members] = fit_strengths(wins, sub_edges, np.zeros(len(members), dtype=int))
+    return boot
+
+
 def _rank_bounds(lo: np.ndarray, hi: np.ndarray, groups: np.ndarray) -> list[list[int]]:
     out = []
     for i in range(len(lo)):
@@ -173,7 +193,7 @@ def rank_blocks(y: np.ndarray, strata: np.ndarray, counts: np.ndarray, policies:
     theta = fit_strengths(wins, edges, groups)
     rng = np.random.default_rng(seed)
     patterns, weights = _resampled_patterns(y, strata, counts, bootstrap, rng)
-    boot = fit_strengths(_win_matrix(patterns, weights), edges, groups)
+    boot = _bootstrap_strengths(patterns, weights, edges, groups)
     if reference is not None and reference in names:
         ref = names.index(reference)
         same = groups == groups[ref]

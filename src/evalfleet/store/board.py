@@ -362,7 +362,7 @@ def assemble(where: str, filters: Filters, runs: list[dict[str, Any]], counts: l
                  blocks, details, notes)
 
 
-MAX_RANKED = 200  # policy revisions ranked at once: 1,000 bootstrap fits of a 200 x 200 win matrix take seconds
+MAX_RANKED = 200  # policy revisions ranked at once: past it the bootstrap (1,000 fits of the win matrices) takes too long
 
 
 def rank(rows: list[BoardRow], environments: dict[int, BoardEnvironment], policies: dict[int, BoardPolicy],
