@@ -362,7 +362,7 @@ def assemble(where: str, filters: Filters, runs: list[dict[str, Any]], counts: l
                  blocks, details, notes)
 
 
-MAX_RANKED = 200  # policy revisions ranked at once: past it the bootstrap (1,000 fits of the win matrices) takes too long
+MAX_RANKED = 200  # policy revisions ranked at once: past it the bootstrap (1,000 fits) takes too long
 
 
 def rank(rows: list[BoardRow], environments: dict[int, BoardEnvironment], policies: dict[int, BoardPolicy],
