@@ -3,9 +3,10 @@
 One synthetic collected output of 100,000 episodes (20 Runs: 5 tasks x 4 policies, 5,000 episodes each, records
 like a run writes them: seed, status, success, failure_code on failures, variations, progress with its criteria,
 protocol, ...) is written once and cached (~/.cache/evalfleet/bench-store, or --cache). Each Experiment the
-bench adds is a copy of that folder with its own experiment_metadata.json (a distinct 32-hex experiment_id and a
-training step, so each copy is another policy revision); its other files are hard links, so 100 Experiments cost
-the disk of one. The policies of a task share their seeds and variations, so the store holds paired blocks.
+bench adds is a copy of that folder with its own experiment_metadata.json (a distinct 32-hex experiment_id and one
+of CHECKPOINTS training steps in turn: a checkpoint series evaluated again and again, 5 revisions per policy and
+Run); its other files are hard links, so 100 Experiments cost the disk of one. The policies of a task share their
+seeds and variations, so the store holds paired blocks.
 
   add     `evalfleet store add` (store.add_outputs) of 1 output (100k) and 10 outputs (1M) into a fresh store,
           in a fresh process; the 10M store (100 outputs) is built once the same way and cached: its add time
@@ -43,6 +44,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import Timer, add_repeat_arg, emit, machine, peak_rss_mb, rotated, spread
 
 GENERATOR = 1  # the synthetic output's version: the cache is keyed by it; change it when make_output changes
+METADATA = 2  # the Experiments' metadata version (their steps): the copies and the 10M store are keyed by it
+CHECKPOINTS = 5  # the Experiments evaluate this many training steps in turn: each policy has 5 revisions
 PER_EXPERIMENT = 100_000
 TASKS = ("pick-place-v3", "drawer-open-v3", "door-open-v3", "button-press-v3", "push-v3")
 POLICIES = ("pi0", "gr00t", "diffusion", "act")
@@ -132,12 +135,13 @@ def make_output(root: str, episodes: int = PER_EXPERIMENT, seed: int = 0) -> Non
 
 
 def write_metadata(root: str, index: int) -> str:
-    """The Experiment's experiment_metadata.json: its own id, and a training step (another policy revision)."""
+    """The Experiment's experiment_metadata.json: its own id, and one of CHECKPOINTS training steps in turn (a
+    checkpoint series evaluated again and again: each step another policy revision, each re-evaluation pooled)."""
     experiment_id = hashlib.sha256(f"bench-store/{index}".encode()).hexdigest()[:32]
     started = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(1_760_000_000 + index * 86_400))
     with open(os.path.join(root, "experiment_metadata.json"), "w", encoding="utf-8") as f:
         json.dump({"schema": "evalfleet.experiment_metadata/1", "experiment_id": experiment_id,
-                   "step": (index + 1) * 1000, "status": "finished", "started_at": started,
+                   "step": (index % CHECKPOINTS + 1) * 1000, "status": "finished", "started_at": started,
                    "finished_at": started, "experiment": "bench_store", "config_sha256": "0" * 64,
                    "versions": {"evalfleet": "0.1.0", "mujoco": "3.3.0", "metaworld": "3.1.1"},
                    "backend": "local", "hosts": ["bench"]}, f, indent=2)
@@ -153,7 +157,7 @@ def outputs(cache: str, count: int) -> list[str]:
         os.rename(base + ".partial", base)
     made = []
     for i in range(count):
-        folder = os.path.join(cache, f"experiments-gen{GENERATOR}", f"exp-{i:03d}")
+        folder = os.path.join(cache, f"experiments-gen{GENERATOR}.{METADATA}", f"exp-{i:03d}")
         if not os.path.exists(os.path.join(folder, "experiment_metadata.json")):
             shutil.rmtree(folder, ignore_errors=True)
             shutil.copytree(base, folder, ignore=shutil.ignore_patterns("experiment_metadata.json"),
@@ -323,7 +327,7 @@ def main() -> int:
         stores: dict[str, str] = {}
         built_10m = None
         if "10M" in scales:  # built once (100 adds) and kept: its add is measured once, when it is built
-            stores["10M"] = os.path.join(args.cache, f"store-10M-gen{GENERATOR}")
+            stores["10M"] = os.path.join(args.cache, f"store-10M-gen{GENERATOR}.{METADATA}")
             if not os.path.exists(os.path.join(stores["10M"], "built.json")):
                 shutil.rmtree(stores["10M"], ignore_errors=True)
                 built_10m = run_child("add", stores["10M"], folders[:SCALES["10M"]])
