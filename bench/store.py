@@ -339,7 +339,8 @@ def main() -> int:
             shutil.rmtree(stores[scale], ignore_errors=True)
             return run_child("add", stores[scale], folders[:SCALES[scale]])
 
-        added = rotated({s: (lambda s=s: add(s)) for s in scales if s != "10M"}, args.repeats)
+        adds = {s: (lambda s=s: add(s)) for s in scales if s != "10M"}
+        added = rotated(adds, args.repeats) if adds else {}
         queried = {f"{q} {s}": m for q in args.queries.split(",") for s, m in rotated(
             {s: (lambda s=s, q=q: run_child(q, stores[s])) for s in scales}, args.repeats).items()}
         figures: dict[str, Any] = {

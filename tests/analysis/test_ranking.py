@@ -27,13 +27,53 @@ def by_policy(ranking: dict) -> dict:
     return {p["policy"]: p for p in ranking["policies"]}
 
 
-def test_mm_fit_matches_the_closed_form_for_two_policies():
+def test_the_fit_matches_the_closed_form_for_two_policies():
     # Two policies: the MLE with pseudo-wins is log((w + a) / (l + a)), split evenly by the sum-to-zero rule.
     wins = np.array([[0.0, 30.0], [10.0, 0.0]])
     theta = fit_strengths(wins, np.ones((2, 2)) - np.eye(2), np.zeros(2, dtype=int))
     expected = np.log((30 + PSEUDO_WINS) / (10 + PSEUDO_WINS))
     assert theta[0] - theta[1] == pytest.approx(expected, abs=1e-8)
     assert theta.sum() == pytest.approx(0.0, abs=1e-12)
+
+
+def mm_fit(wins: np.ndarray, edges: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """The MM algorithm (Hunter 2004) the ranking used before Newton's method, run to a tight tolerance: the
+    reference the Newton fit must meet."""
+    w = wins + PSEUDO_WINS * edges
+    n, total, pi = w + np.swapaxes(w, -1, -2), w.sum(axis=-1), np.ones(w.shape[:-1])
+    for _ in range(200_000):
+        denom = (n / (pi[..., :, None] + pi[..., None, :])).sum(axis=-1)
+        new = np.where(denom > 0, total / np.where(denom > 0, denom, 1.0), 1.0)
+        for g in np.unique(groups):
+            new[..., groups == g] /= np.exp(np.log(new[..., groups == g]).mean(axis=-1, keepdims=True))
+        if np.max(np.abs(np.log(new) - np.log(pi))) < 1e-13:
+            return np.log(new)
+        pi = new
+    raise AssertionError("MM did not converge")
+
+
+@pytest.mark.parametrize("case", ["close", "lopsided", "unbeaten", "two groups", "replicates"])
+def test_newtons_fit_is_the_maximum_the_mm_algorithm_reaches(case):
+    rng = np.random.default_rng(7)
+    k = 6
+    edges = np.ones((k, k)) - np.eye(k)
+    groups = np.zeros(k, dtype=int)
+    wins = rng.integers(0, 40, (k, k)).astype(float)
+    if case == "lopsided":  # strengths far apart: the maximum is far from the start
+        wins = np.triu(rng.integers(200, 400, (k, k)), 1) + np.tril(rng.integers(0, 3, (k, k)), -1).astype(float)
+    elif case == "unbeaten":
+        wins[:, 0] = 0.0
+    elif case == "two groups":  # {0, 1, 2} and {3, 4, 5} share no block
+        groups = np.array([0, 0, 0, 1, 1, 1])
+        edges = (groups[:, None] == groups[None, :]) - np.eye(k)
+        wins = wins * edges
+    elif case == "replicates":
+        wins = rng.integers(0, 40, (50, k, k)).astype(float)
+    np.fill_diagonal(wins, 0.0) if wins.ndim == 2 else None
+    theta = fit_strengths(wins, edges, groups)
+    assert np.max(np.abs(theta - mm_fit(wins, edges, groups))) < 1e-7
+    for g in np.unique(groups):
+        assert np.abs(theta[..., groups == g].sum(axis=-1)).max() < 1e-9
 
 
 def test_recovers_known_strengths():

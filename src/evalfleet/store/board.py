@@ -30,8 +30,8 @@ from evalfleet.store.identity import canonical, differences
 from evalfleet.store.store import Store
 
 METHOD = ("Bradley-Terry on discordant pairs of episodes paired across Experiments by (environment fingerprint, "
-          "seed, variation values), MM fit (Hunter 2004); simultaneous 95% intervals: stratified cluster bootstrap "
-          "over the blocks of each environment with a max-|t| band")
+          "seed, variation values), maximum likelihood (Newton); simultaneous 95% intervals: stratified cluster "
+          "bootstrap over the blocks of each environment with a max-|t| band")
 LABEL_LIMIT = 100  # a label longer than this falls back to the task and the fingerprint's first digits
 VALUE_LIMIT = 40  # a differing value shown in a label is cut to this many characters
 # Where a Run's suite is: LIBERO's `suite` option, else the environment type (metaworld, robosuite, ...).
