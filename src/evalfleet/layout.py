@@ -9,6 +9,7 @@ OUT/
   experiment_metadata.json   METADATA_FILE: status (starting → running → finished | interrupted | failed), git, hashes
   experiment_manifest.json   MANIFEST_FILE: each Run's task/policy labels and where they came from
   timings.json               TIMINGS_FILE: per Run and phase, merged from the shards' files by collect
+  dataset/                   DATASET_DIR: the recorded trajectories as a LeRobotDataset v3.0 (or one per Run folder)
   report_episodes/           REPORT_DATA_DIR: index.html's episode tables, <NNNN>.js per Run, loaded on demand
   .evalfleet/                INTERNAL_DIR: worker logs, heartbeats and status files, claims, the wired Experiment,
                              the folder's lock (LOCK_FILE) and the run's space reserve (SPACE_RESERVE_FILE)
@@ -18,6 +19,7 @@ OUT/
     run_status.json          STATUS_FILE
     protocol.json            PROTOCOL_FILE: the task protocol (sim/protocol.py) whose identity its records carry
     videos/<camera>/...      VIDEOS_DIR
+    trajectories/            TRAJECTORIES_DIR: episode_NNNNNN.parquet per recorded episode, <camera>/*.mp4
     server.log               SERVER_LOG: the Run's policy server, when evalfleet started one
     timings/<shard>-...json  RUN_TIMINGS_DIR: one worker's phase timings of one shard (timings_path)
 ```
@@ -44,6 +46,7 @@ INTERNAL_DIR = ".evalfleet"
 METADATA_FILE = "experiment_metadata.json"
 MANIFEST_FILE = "experiment_manifest.json"
 TIMINGS_FILE = "timings.json"
+DATASET_DIR = "dataset"
 
 # --- a Run folder --------------------------------------------------------------------------------------
 RECORDS_FILE = "episode_results.jsonl"
@@ -53,6 +56,7 @@ PARTS_DIR = "parts"
 STATUS_FILE = "run_status.json"
 PROTOCOL_FILE = "protocol.json"
 VIDEOS_DIR = "videos"
+TRAJECTORIES_DIR = "trajectories"
 SERVER_LOG = "server.log"
 RUN_TIMINGS_DIR = "timings"
 

@@ -212,7 +212,39 @@ def _check_bounds(low: Any, high: Any) -> None:
             raise ValueError(f"low must not exceed high (low={low!r}, high={high!r})")
 
 
+TRAJECTORY_KEYS = ("state", "environment_state", "action", "applied_action", "reward", "success", "done", "progress")
+DEFAULT_TRAJECTORY_KEYS = ["state", "action", "reward", "success", "done", "progress"]
+MAX_CAMERA_NAME = 200
+
+
+class Trajectories(Strict):
+    """`recording.trajectories`: which episodes keep their per-step frames, and which keys (rollout/trajectory.py);
+    collect writes them as a LeRobotDataset v3.0 (outputs/lerobot_dataset.py)."""
+
+    episodes: Literal["all", "failures", "every_n", "sample"] = "all"
+    every_n: Int = Field(default=10, gt=0, le=MAX_EPISODES)  # `every_n`: episodes 0, n, 2n, ... of the plan
+    fraction: Float = Field(default=0.1, gt=0, le=1, allow_inf_nan=False)  # `sample`: this share, chosen by seed
+    keys: list[Literal[TRAJECTORY_KEYS]] = Field(default_factory=lambda: list(DEFAULT_TRAJECTORY_KEYS),
+                                                  min_length=1)
+    cameras: list[Annotated[str, Field(min_length=1, max_length=MAX_CAMERA_NAME)]] = Field(
+        default_factory=list, max_length=16)  # recorded at every step as video
+    width: Int | None = Field(default=None, gt=0, le=MAX_PIXELS)
+    height: Int | None = Field(default=None, gt=0, le=MAX_PIXELS)
+    dataset: Literal["experiment", "run"] = "experiment"  # one dataset for the Experiment, or one per Run
+    # The dataset's frame rate where the environment declares no control rate (Meta-World declares 80 Hz).
+    fps: Int = Field(default=10, gt=0, le=MAX_FPS)
+
+    @field_validator("keys", "cameras")
+    @classmethod
+    def _no_repeats(cls, values: list[str]) -> list[str]:
+        repeated = sorted({v for v in values if values.count(v) > 1})
+        if repeated:
+            raise ValueError(f"listed more than once: {', '.join(repeated)}")
+        return values
+
+
 class Recording(Strict):
+    trajectories: Trajectories | None = None
     video: bool = False
     cameras: list[str] = Field(default_factory=list)
     every_n_episodes: Int = Field(default=10, gt=0, le=MAX_EPISODES)
@@ -348,6 +380,26 @@ def _stem(type_name: str) -> str:
     return name.rsplit(".", 1)[-1] if "." in name else name
 
 
+def one_dataset(runs: dict[str, Run]) -> None:
+    """The Runs whose trajectories go to the Experiment's one dataset record the same kind of frames."""
+    shared = {name: run for name, run in runs.items()
+              if run.recording.trajectories is not None and run.recording.trajectories.dataset == "experiment"}
+    if len(shared) < 2:
+        return
+
+    def frames(run: Run) -> tuple[Any, ...]:
+        t = run.recording.trajectories
+        return (run.environment.type, tuple(t.keys), tuple(t.cameras), t.width, t.height)
+
+    first, *rest = shared
+    for name in rest:
+        if frames(shared[name]) != frames(shared[first]):
+            raise ValueError(
+                f"Runs {first!r} and {name!r} write their trajectories to one dataset, but record different frames "
+                "(environment type, keys, cameras or size); give them the same `recording.trajectories` in `shared`, "
+                "or set `recording.trajectories.dataset: run` (one dataset per Run)")
+
+
 class Experiment(Strict):
     name: str = "experiment"
     seed: Int = Field(default=0, ge=0, le=MAX_SEED)
@@ -387,4 +439,5 @@ class Experiment(Strict):
             raise ValueError("an Experiment needs at least one Run")
         if len(runs) > MAX_RUNS:
             raise ValueError(f"{len(runs)} Runs; at most {MAX_RUNS} in one Experiment")
+        one_dataset(runs)
         return runs

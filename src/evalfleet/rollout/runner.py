@@ -42,6 +42,7 @@ from evalfleet.rollout.records import (DECISION_FIELDS, EpisodeRecord, RecordWri
                                       is_decided, run_logs)
 from evalfleet.rollout.shard_state import ShardOutcome, ShardProgress, Slot
 from evalfleet.rollout.timings import PhaseTimings, worker_name
+from evalfleet.rollout.trajectory import EpisodeTrajectory, wanted
 from evalfleet.rollout.video import EpisodeVideo, should_record
 from evalfleet.sim.base import with_defaults
 from evalfleet.sim.protocol import EPISODE_TIMEOUT, POLICY_ERROR, RECORDING_ERROR, SPEC_MISMATCH
@@ -220,6 +221,8 @@ class ShardRunner:
             if slot.video is not None:
                 with self.timings.phase("render"):
                     slot.video.add(slot.env, result.observation)
+            if slot.trajectory is not None:
+                slot.trajectory.step(action, result.success, result.done, result.info)
         except Exception as exc:  # noqa: BLE001 - an environment's error is this episode's error record
             self._finish(slot, progress, error=describe_error(exc), code=stage(exc))
             self._start(slot, progress)
@@ -235,6 +238,13 @@ class ShardRunner:
             self._finish(slot, progress, error=f"episode exceeded its {timeout:g} s deadline after {slot.steps} steps",
                          code=EPISODE_TIMEOUT.code)
             self._start(slot, progress)
+        elif slot.trajectory is not None:  # the observation the next action answers
+            try:
+                slot.trajectory.observe(slot.env, result.observation)
+            except Exception as exc:  # noqa: BLE001 - a frame that cannot be kept is this episode's error record
+                self._finish(slot, progress, error=f"recording failed: {describe_error(exc)}",
+                             code=RECORDING_ERROR.code)
+                self._start(slot, progress)
         return 1
 
     def _start(self, slot: Slot, progress: ShardProgress) -> None:
@@ -270,6 +280,11 @@ class ShardRunner:
                     slot.video = EpisodeVideo(self.out_dir / self.plan.name, spec.index, recording,
                                               slot.env.control_hz)
                     slot.video.add(slot.env, slot.observation)
+                trajectories = getattr(recording, "trajectories", None)
+                if wanted(trajectories, spec.index, spec.seed):
+                    slot.trajectory = EpisodeTrajectory(self.out_dir / self.plan.name, spec.index, spec.seed,
+                                                        attempt, trajectories, slot.env, slot.bounds)
+                    slot.trajectory.observe(slot.env, slot.observation)
                 return
             except Exception as exc:  # noqa: BLE001 - infrastructure error, recorded and retried
                 self._finish(slot, progress, error=describe_error(exc), code=stage(exc))
@@ -290,6 +305,15 @@ class ShardRunner:
                     error, code = f"recording failed: {describe_error(exc)}", RECORDING_ERROR.code
                 status = "error"
             slot.video = None
+        if slot.trajectory is not None:
+            trajectory, slot.trajectory = slot.trajectory, None
+            try:
+                trajectory.close(status=status)
+            except Exception as exc:  # noqa: BLE001 - a trajectory that cannot be written is reported, not fatal
+                trajectory.discard()
+                if not error:
+                    error, code = f"recording failed: {describe_error(exc)}", RECORDING_ERROR.code
+                status = "error"
         if status == "failure":
             code = task_code(slot.env, self.protocol)  # UndeclaredFailureCode: the adapter's bug
         record = EpisodeRecord(

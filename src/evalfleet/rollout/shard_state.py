@@ -38,6 +38,7 @@ class Slot:
     latency_s: float = 0.0
     calls: int = 0
     video: Any = None  # EpisodeVideo while this episode is being recorded
+    trajectory: Any = None  # EpisodeTrajectory while this episode keeps its frames (rollout/trajectory.py)
     progress: Any = None  # the env's progress for this episode (StepResult.info["progress"]), if it reports one
     timing: Any = None  # a simulated-latency Run's latency.EpisodeTiming of this episode
     bounds: Any = None  # the env's declared action bounds (low, high), None when it declares none

@@ -110,14 +110,15 @@ class MetaworldEnvironment(MujocoEnvironment):
             action = self._noise.action(action)
         # the clip as two ufuncs: ndarray.clip's Python wrapper costs more than the clip between MuJoCo's steps
         action = np.minimum(np.maximum(action, -1.0), 1.0).astype(np.float32)
-        obs, _reward, _terminated, _truncated, info = self.env.step(action)
+        obs, reward, _terminated, _truncated, info = self.env.step(action)
         self._steps += 1
         self._stability.check(self._steps)
         self._objects.update(self.env.data)
         success = bool(info.get("success", 0.0))
         done = success or self._steps >= self.max_steps
         progress = self._progress.update(info, self._steps)
-        return StepResult(self._observation(obs), success, done, {"steps": self._steps, "progress": progress})
+        return StepResult(self._observation(obs), success, done,
+                          {"steps": self._steps, "progress": progress, "reward": float(reward)})
 
     def failure_code(self) -> str | None:
         """object_off_table / object_dropped from the free objects' heights, else never_reached when the hand
