@@ -109,14 +109,24 @@ def read_with_lerobot(python: Path, root: Path, frames: list[int], tmp_path: Pat
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("file_sizes", [None, 1e-6], ids=["one file each", "a file per episode"])
-def test_lerobot_loads_every_frame_as_written(lerobot_py, episodes, tmp_path, file_sizes):  # noqa: F811
-    limits = {} if file_sizes is None else {"data_files_size_in_mb": file_sizes, "video_files_size_in_mb": file_sizes}
+@pytest.mark.parametrize("split", [False, True], ids=["one file each", "a file per episode, two per chunk"])
+def test_lerobot_loads_every_frame_as_written(lerobot_py, episodes, tmp_path, monkeypatch, split):  # noqa: F811
+    limits = {}
+    if split:  # every file holds one episode, a chunk folder two files
+        limits = {"data_files_size_in_mb": 1e-6, "video_files_size_in_mb": 1e-6}
+        monkeypatch.setattr(lerobot_dataset, "CHUNK_SIZE", 2)
+        monkeypatch.setattr(lerobot_dataset, "EPISODE_ROWS_PER_WRITE", 1)
     summary = write_dataset(tmp_path / "dataset", iter(episodes), fps=FPS, robot_type="sim", **limits)
     assert (summary.episodes, summary.frames, summary.tasks) == (3, sum(LENGTHS), 2)
-    data_files = sorted((tmp_path / "dataset" / "data").glob("*/*.parquet"))
-    video_files = sorted((tmp_path / "dataset" / "videos" / CAMERA).glob("*/*.mp4"))
-    assert len(data_files) == len(video_files) == (1 if file_sizes is None else 3)
+    files = {folder: [str(p.relative_to(tmp_path / "dataset" / folder)) for p in
+                      sorted((tmp_path / "dataset" / folder).glob("*/*.*"))]
+             for folder in ("data", "meta/episodes", f"videos/{CAMERA}")}
+    if split:
+        assert files == {folder: [f"chunk-000/file-000.{ext}", f"chunk-000/file-001.{ext}", f"chunk-001/file-000.{ext}"]
+                         for folder, ext in (("data", "parquet"), ("meta/episodes", "parquet"),
+                                             (f"videos/{CAMERA}", "mp4"))}
+    else:
+        assert [len(names) for names in files.values()] == [1, 1, 1]
 
     starts = np.cumsum((0, *LENGTHS))
     # the first and last frame of every episode, and one inside

@@ -14,8 +14,9 @@ The folder:
 A data row holds the episode's per-frame columns (a scalar per frame is a plain column and has shape [1] in
 info.json, a vector a fixed-size list) and lerobot's five frame columns: `timestamp` (frame_index / fps, float32),
 `frame_index` (from 0 in each episode), `episode_index`, `index` (from 0 over the dataset) and `task_index`. A data
-file is closed and the next one started once it would pass `data_files_size_in_mb` (100 MB, lerobot's default); a
-chunk folder holds at most 1000 files.
+file is closed and the next one started once its rows would pass `data_files_size_in_mb` (100 MB, lerobot's default;
+measured uncompressed, so the file on disk is smaller); a chunk folder holds at most 1000 files. The episode rows
+roll over to meta/episodes/chunk-000/file-001.parquet the same way (2 to 5 KB an episode: after 20,000 or more).
 
 Videos: the runner's mp4 of each episode is copied into the camera's current file packet by packet (no
 re-encoding), its timestamps shifted to follow the episodes before it; the episode row says where it lies
@@ -125,19 +126,18 @@ def write_dataset(dest: str | Path, episodes: Iterable[DatasetEpisode], *, fps: 
     partial = dest.with_name(dest.name + ".partial")
     remove_tree(partial)  # a crashed write's leftovers: never a dataset
     partial.mkdir(parents=True)
-    writer = _DatasetWriter(partial, fps, robot_type, log or (lambda _message: None),
-                            data_bytes=data_files_size_in_mb * 2**20, video_bytes=video_files_size_in_mb * 2**20,
-                            size_limits_mb=(data_files_size_in_mb, video_files_size_in_mb))
+    writer = _DatasetWriter(partial, fps, robot_type, log or (lambda _message: None), data_files_size_in_mb,
+                            video_files_size_in_mb)
     try:
         for episode in episodes:
             writer.add(episode)
-        summary = writer.finish()
+        writer.finish()
     except BaseException:
         writer.abort()
         remove_tree(partial)
         raise
     publish(partial, dest, overwrite)
-    return DatasetSummary(summary.episodes, summary.frames, summary.tasks, dest)
+    return DatasetSummary(writer.episodes, writer.frames, len(writer.tasks), dest)
 
 
 def whole_fps(fps: float) -> int:
@@ -568,20 +568,14 @@ class MetadataColumns:
 # --- the writer --------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class Totals:
-    episodes: int
-    frames: int
-    tasks: int
-
-
 class _DatasetWriter:
     """Writes one dataset folder, episode by episode."""
 
-    def __init__(self, root: Path, fps: int, robot_type: str | None, log: Callable[[str], None], *,
-                 data_bytes: float, video_bytes: float, size_limits_mb: tuple[float, float]):
+    def __init__(self, root: Path, fps: int, robot_type: str | None, log: Callable[[str], None],
+                 data_files_size_in_mb: float, video_files_size_in_mb: float):
         self.root, self.fps, self.robot_type, self.log = root, fps, robot_type, log
-        self.data_bytes, self.video_bytes, self.size_limits_mb = data_bytes, video_bytes, size_limits_mb
+        self.size_limits_mb = (data_files_size_in_mb, video_files_size_in_mb)  # as info.json states them
+        self.data_bytes, self.video_bytes = data_files_size_in_mb * 2**20, video_files_size_in_mb * 2**20
         self.columns: list[ColumnSpec] | None = None
         self.video_keys: list[str] = []
         self.video_info: dict[str, dict[str, Any]] = {}
@@ -758,7 +752,7 @@ class _DatasetWriter:
         self.episode_writer.write_table(pa.Table.from_pylist(self.episode_rows, schema=self.episode_schema))
         self.episode_rows = []
 
-    def finish(self) -> Totals:
+    def finish(self) -> None:
         if self.episodes == 0:
             raise ValueError("no episodes: a LeRobotDataset needs at least one")
         self.flush_episode_rows()
@@ -774,7 +768,6 @@ class _DatasetWriter:
         self.write_stats()
         self.write_info()
         self.log(f"LeRobot dataset: {self.episodes} episodes, {self.frames} frames, {len(self.tasks)} tasks")
-        return Totals(self.episodes, self.frames, len(self.tasks))
 
     def abort(self) -> None:
         for writer in (self.data_writer, self.episode_writer):
