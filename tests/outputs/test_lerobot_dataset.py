@@ -263,6 +263,17 @@ def test_a_video_that_is_not_the_episode_is_refused(tmp_path):
     assert "episode 0" in message and CAMERA in message and "3 frames" in message
     message = refusal(tmp_path, [DatasetEpisode(make_episode(0, 4).columns, "t", {}, {CAMERA: str(tmp_path / "x")})])
     assert "no video file" in message
+    (tmp_path / "noise.mp4").write_bytes(bytes(range(256)) * 40)
+    noise = str(tmp_path / "noise.mp4")
+    message = refusal(tmp_path, [DatasetEpisode(make_episode(0, 4).columns, "t", {}, {CAMERA: noise})])
+    assert "cannot read the video" in message
+    writer = Mp4Writer(tmp_path / "twice_as_fast.mp4", WIDTH, HEIGHT, 2 * FPS)
+    for frame in range(4):
+        writer.append(np.full((HEIGHT, WIDTH, 3), frame, np.uint8))
+    writer.close()
+    message = refusal(tmp_path, [DatasetEpisode(make_episode(0, 4).columns, "t", {},
+                                                {CAMERA: str(tmp_path / "twice_as_fast.mp4")})])
+    assert f"not at k / {FPS} s" in message
 
 
 def test_an_existing_folder_is_refused_unless_overwritten(tmp_path):

@@ -398,11 +398,16 @@ def read_episode_video(path: Path, length: int, fps: int, where: str) -> Episode
                         histogram[channel] += np.bincount(pixels[:, channel], minlength=256)
                 decoded += 1
 
-        # demux ends with an empty packet, which flushes the decoder's delayed frames
-        for packet in container.demux(stream):
-            count_pixels(context.decode(packet))
-            if packet.dts is not None and packet.size:
-                packets.append(packet)
+        try:
+            # demux ends with an empty packet, which flushes the decoder's delayed frames
+            for packet in container.demux(stream):
+                count_pixels(context.decode(packet))
+                if packet.dts is not None and packet.size:
+                    packets.append(packet)
+        except av.error.FFmpegError as exc:
+            raise ValueError(f"{where}: cannot decode the video {path} ({exc})") from None
+        if any(packet.pts is None for packet in packets):
+            raise ValueError(f"{where}: {path} has frames without a timestamp")
         timestamps = sorted(packet.pts for packet in packets)
         if len(timestamps) != length or decoded != length:
             raise ValueError(f"{where}: {path} has {max(len(timestamps), decoded)} frames, the episode {length}")
