@@ -36,6 +36,7 @@ COMMANDS = (
     "evalfleet.cli.serve:register",  # serve
     "evalfleet.cli.outputs:register",  # collect, report
     "evalfleet.cli.live:register",  # watch
+    "evalfleet.cli.trajectories:register",  # trajectories
     "evalfleet.cli.store:register",  # store add|ls|rm|query
     "evalfleet.cli.history:register",  # history
     "evalfleet.cli.board:register",  # board

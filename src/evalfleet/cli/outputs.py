@@ -64,11 +64,23 @@ def _collect(args: argparse.Namespace) -> int:
     _print_runs(result)
     if by_status.get("failed") or by_status.get("partial"):
         print("evalfleet: some Runs are partial or failed; see experiment_result.json", file=sys.stderr)
+    _write_datasets(args.output)
     from evalfleet.store.automatic import add_if_named, declared_in_output
 
     add_if_named(args.output, declared_in_output(args.output, endpoint_url=args.s3_endpoint),
                  endpoint_url=args.s3_endpoint, log=lambda line: print(line, file=sys.stderr))
     return 0
+
+
+def _write_datasets(output: str) -> None:
+    """The collected trajectories as LeRobot datasets, where the output is a local folder (a bucket: said)."""
+    from evalfleet.outputs.trajectory_dataset import declared_in_output, write_datasets
+
+    if "://" in output:
+        return  # a bucket: collecting it into a local folder writes the dataset there
+    recorded = declared_in_output(output)
+    if recorded:
+        write_datasets(output, recorded, log_line=lambda line: print(line, file=sys.stderr))
 
 
 def _report(args: argparse.Namespace) -> int:

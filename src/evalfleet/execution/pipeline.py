@@ -28,6 +28,7 @@ from evalfleet.experiment.plan import Plan, make_plan
 from evalfleet.experiment.validation import require_executable
 from evalfleet.layout import METADATA_FILE, RUN_TIMINGS_FILE, internal_dir, run_status_path
 from evalfleet.outputs.finalize import Preload, finalize
+from evalfleet.outputs.trajectory_dataset import recorded_runs, write_datasets
 from evalfleet.store.automatic import add_if_named
 from evalfleet.outputs.output_lock import OutputLock
 from evalfleet.outputs.result import ExperimentResult
@@ -206,5 +207,8 @@ def finalize_output(loaded: LoadedExperiment, out: Path) -> ExperimentResult:
     done = finalize(out)
     if done.plot_problem:
         stderr_log(f"plot skipped: {done.plot_problem}")
+    recorded = recorded_runs(loaded.experiment.runs)
+    if recorded:  # after the report: a dataset is written from what collect left
+        write_datasets(out, recorded, experiment=loaded.experiment.name, log_line=stderr_log)
     return ExperimentResult.from_json(loaded.experiment.name, out, done.result, order=list(loaded.experiment.runs),
                                       report=done.report, plots=done.plots)

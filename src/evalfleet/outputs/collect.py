@@ -29,7 +29,7 @@ from evalfleet.errors import UserError
 from evalfleet.feedback import is_long, track
 from evalfleet.forking import fork_allowed, in_child
 from evalfleet.layout import (EXPERIMENT_FILE, PARTS_DIR, PLOTS_DIR, PROTOCOL_FILE, RECORDS_FILE, REPORT_FILE,
-                              RESULT_FILE, STATUS_FILE, VIDEOS_DIR)
+                              RESULT_FILE, STATUS_FILE, TRAJECTORIES_DIR, VIDEOS_DIR)
 from evalfleet.outputs.failures import ProtocolCheck, read_protocol
 from evalfleet.outputs.output_lock import writing
 from evalfleet.outputs.report import render_report
@@ -361,10 +361,12 @@ def _write_run(run: RunDigest, dest: Location) -> None:
     if run.protocol is not None:
         dest.write_bytes(join(run.name, PROTOCOL_FILE), (json.dumps(run.protocol, indent=2) + "\n").encode())
     for src in run.sources:
-        if src.has_videos and not (src.location.same_place(dest) and src.rel == run.name):
-            prefix = join(src.rel, VIDEOS_DIR)
-            for rel in src.location.walk_files(prefix):
-                _copy_if_changed(src.location, rel, dest, join(run.name, rel[len(src.rel):] if src.rel else rel))
+        if src.location.same_place(dest) and src.rel == run.name:
+            continue
+        for folder in [VIDEOS_DIR] * src.has_videos + [TRAJECTORIES_DIR] * src.has_trajectories:
+            for rel in src.location.walk_files(join(src.rel, folder)):
+                if not rel.rsplit("/", 1)[-1].startswith("."):  # a runner's file being written (.tmp-...)
+                    _copy_if_changed(src.location, rel, dest, join(run.name, rel[len(src.rel):] if src.rel else rel))
 
 
 def _copy_if_changed(src: Location, rel_src: str, dest: Location, rel_dst: str) -> None:

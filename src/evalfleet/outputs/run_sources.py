@@ -9,14 +9,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evalfleet.errors import UserError
-from evalfleet.layout import (EXPERIMENT_FILE, PARTS_DIR, PLOTS_DIR, RECORDS_FILE, REPORT_DATA_DIR, STATUS_FILE,
-                              VIDEOS_DIR)
+from evalfleet.layout import (DATASET_DIR, EXPERIMENT_FILE, PARTS_DIR, PLOTS_DIR, RECORDS_FILE, REPORT_DATA_DIR,
+                              STATUS_FILE, TRAJECTORIES_DIR, VIDEOS_DIR)
 from evalfleet.outputs.storage import Location
 from evalfleet.rollout.run_folder import experiment_document, join, run_files
 
 log = logging.getLogger("evalfleet.outputs")
 
-SKIP_DIRS = {VIDEOS_DIR, PLOTS_DIR, PARTS_DIR, REPORT_DATA_DIR}
+SKIP_DIRS = {VIDEOS_DIR, PLOTS_DIR, PARTS_DIR, REPORT_DATA_DIR, TRAJECTORIES_DIR, DATASET_DIR}
 MAX_DEPTH = 3  # how deep below a source root Runs are looked for
 
 
@@ -29,6 +29,7 @@ class RunSource:
     record_files: list[str] = field(default_factory=list)  # merged file first, then parts/*.jsonl by name
     status_file: str | None = None
     has_videos: bool = False
+    has_trajectories: bool = False
     arena_files: list[str] = field(default_factory=list)  # Arena's episode_results_{rebuild,rank}<N>.jsonl, in order
     loose_videos: list[str] = field(default_factory=list)  # Arena's .mp4 files lying in the Run folder itself
 
@@ -47,6 +48,7 @@ def find_runs(loc: Location, *, max_depth: int = MAX_DEPTH) -> list[tuple[str, R
             name = rel.rsplit("/", 1)[-1] if rel else location_name(loc)
             src = RunSource(location=loc, rel=rel, status_file=join(rel, STATUS_FILE) if files.status else None,
                             has_videos=entries.get(VIDEOS_DIR) is True,
+                            has_trajectories=entries.get(TRAJECTORIES_DIR) is True,
                             record_files=[join(rel, n) for n in files.collected()],
                             arena_files=[join(rel, n) for n in files.arena_files()])
             if not files.merged:  # Arena's videos beside its records (a collected folder has them in videos/)
