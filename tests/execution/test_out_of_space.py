@@ -77,3 +77,45 @@ def test_a_full_disk_fails_the_run_cleanly_and_resume_finishes_it(tmp_path: Path
     meta = read(out / "experiment_metadata.json")
     assert meta["status"] == "finished" and [p["status"] for p in meta["previous"]] == ["failed"]
     assert len(results_by_episode(out)) == 4
+
+
+def test_a_disk_that_fills_while_trajectories_are_recorded_leaves_no_half_written_file(tmp_path: Path,
+                                                                                        small_disk: Path) -> None:
+    """#54: the same full disk with every episode's trajectory (and a camera) recorded: the run ends with the same
+    one line, no temporary trajectory or video and no dataset is left; with space freed, `--resume` finishes and
+    writes a dataset of every episode, each trajectory the one its record holds."""
+    import yaml
+
+    exp, gate = gated(tmp_path, 4)
+    doc = yaml.safe_load(exp.read_text())
+    doc["shared"]["recording"] = {"trajectories": {"keys": ["state", "action"], "cameras": ["corner"], "width": 32}}
+    exp.write_text(yaml.safe_dump(doc, sort_keys=False))
+    out = small_disk / "out"
+    proc = start_run(exp, out, gate)
+    try:
+        filler = fill(small_disk)
+    finally:
+        (gate / "release").write_text("")
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in err, err
+    assert "no space left on device" in err.strip().splitlines()[-1], err
+    leftovers = [str(p) for p in out.rglob(".tmp-*")]
+    assert not leftovers and not (out / "dataset").exists(), leftovers
+
+    filler.unlink()
+    done = subprocess.run(evalfleet_cmd("run", str(exp), "--output", str(out), "--workers", "1", "--resume"),
+                          cwd=ROOT, capture_output=True, text=True, env=plugin_env(), timeout=600,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    import json
+
+    from evalfleet.rollout.trajectory import read_trajectory
+
+    records = [json.loads(line) for path in sorted(out.glob("*/episode_results.jsonl"))
+               for line in path.read_text().splitlines()]
+    info = json.loads((out / "dataset" / "meta" / "info.json").read_text())
+    assert info["total_episodes"] == len(records) == len(results_by_episode(out))
+    assert info["total_frames"] == sum(r["episode_length"] for r in records)
+    for rec in records:
+        table, meta = read_trajectory(out / rec["run"] / "trajectories" / f"episode_{rec['episode']:06d}.parquet")
+        assert (meta["attempt"], table.num_rows) == (rec["attempt"], rec["episode_length"])

@@ -59,6 +59,7 @@ def validate_types(run: Run, where: str, key: str) -> None:
             _validate_options(env.options, run.environment.options(), where, f"{key}.environment")
         _validate_builder(run, env.info, where, key)
         _validate_variations(run, env.info, where, key)
+        _validate_recording_cameras(run, env.info, where, key)
     check_run_timing(run, where, key)  # timing: and the policy.latency_ms variation (experiment/timing.py)
     policy = _lookup(POLICIES, run.policy.type, where, f"{key}.policy.type")
     if policy is not None and policy.options is not None:
@@ -128,6 +129,22 @@ def _check_environment_for(entry: Any, run: Run, where: str, key: str) -> None:
         check(run.environment.type, run.environment.options())
     except UserError as exc:
         raise UserError(exc.message, where=where, key=f"{key}.{exc.key}" if exc.key else key) from None
+
+
+def _validate_recording_cameras(run: Run, info: Any, where: str, key: str) -> None:
+    """The cameras a Run records (video, trajectories) are ones its environment draws, where it says which."""
+    known = getattr(info, "cameras", None)
+    if known is None:
+        return
+    trajectories = run.recording.trajectories
+    for field, cameras in (("recording.cameras", run.recording.cameras),
+                           ("recording.trajectories.cameras", trajectories.cameras if trajectories else [])):
+        for i, camera in enumerate(cameras):
+            if camera not in known:
+                close = difflib.get_close_matches(camera, list(known), n=1)
+                raise UserError(f"{run.environment.type} has no camera {camera[:80]!r}"
+                                + (f"; did you mean {close[0]!r}?" if close else "")
+                                + f" (its cameras: {', '.join(known)})", where=where, key=f"{key}.{field}[{i}]")
 
 
 def _validate_builder(run: Run, info: Any, where: str, key: str) -> None:

@@ -139,6 +139,10 @@ class ShardRunner:
             if not progress.outcome.stopped:  # stopped: what was in flight stays, for a restart to account for
                 self.in_flight.clear()
         finally:
+            for slot in slots:  # an episode left unfinished (stopped, a full disk) keeps no half-written file
+                if slot.trajectory is not None:
+                    slot.trajectory.discard()
+                    slot.trajectory = None
             progress.writer.close()
             self.timings.flush(timings_path(self.out_dir, self.plan.name, shard.id, worker_name()),
                                run=self.plan.name, shard=shard.id)

@@ -132,18 +132,25 @@ class EpisodeTrajectory:
         if not keep:
             self.discard()
             return None
-        for camera, tmp in self._video_tmp.items():
+        for camera, tmp in self._video_tmp.items():  # before the frames: a trajectory file names its videos
             os.replace(tmp, self.run_dir / camera_relpath(camera, self.episode))
         self._video_tmp = {}
         rel = trajectory_relpath(self.episode)
         path = self.run_dir / rel
         tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+        try:
+            self._write(tmp, status)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # e.g. a full disk: no half-written file is left behind
+            raise
+        return rel
+
+    def _write(self, tmp: Path, status: str) -> None:
         _write_frames(tmp, self.columns, self.frames, {
             "episode": self.episode, "seed": self.seed, "attempt": self.attempt, "status": status,
             "fps": self.fps, "instruction": self.instruction,
             "cameras": {c: camera_relpath(c, self.episode) for c in self.cameras}})
-        os.replace(tmp, path)
-        return rel
 
     def discard(self) -> None:
         videos, self._videos = self._videos, {}

@@ -87,7 +87,15 @@ class Mp4Writer:
         import av
 
         self._av = av
-        self._container = av.open(str(path), mode="w")
+        # Through a Python file: a write that fails (a full disk) is an OSError raised here, where FFmpeg's own
+        # file writer, failing inside libavformat, can leave the container in a state whose close crashes the
+        # process (seen as SIGSEGV on a full disk while recording).
+        self._file = open(path, "wb")  # noqa: SIM115 - closed in close(), after the container
+        try:
+            self._container = av.open(self._file, mode="w", format="mp4")
+        except BaseException:
+            self._file.close()
+            raise
         try:
             rate = Fraction(fps).limit_denominator(1000)
             self._stream = self._container.add_stream("libx264", rate=rate)
@@ -97,6 +105,7 @@ class Mp4Writer:
             self._stream.options = {"preset": X264_PRESET}
         except BaseException:
             self._container.close()
+            self._file.close()
             raise
         self.frames = 0
 
@@ -110,7 +119,10 @@ class Mp4Writer:
         try:
             self._container.mux(self._stream.encode(None))  # flush the encoder's delayed frames
         finally:
-            self._container.close()
+            try:
+                self._container.close()
+            finally:
+                self._file.close()
 
 
 class EpisodeVideo:

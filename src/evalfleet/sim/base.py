@@ -62,6 +62,9 @@ class EnvironmentInfo:
     # `evalfleet run` imports them once in a template its local runners are forked from
     # (backends/local/runner_template.py).
     preload: tuple[str, ...] = ()
+    # The cameras `render(camera, ...)` draws, where the adapter knows them (checked at load against the Run's
+    # recording cameras); None: any name is tried when the episode records.
+    cameras: tuple[str, ...] | None = None
 
 
 @dataclass
