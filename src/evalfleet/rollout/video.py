@@ -90,7 +90,7 @@ class Mp4Writer:
         # Through a Python file: a write that fails (a full disk) is an OSError raised here, where FFmpeg's own
         # file writer, failing inside libavformat, can leave the container in a state whose close crashes the
         # process (seen as SIGSEGV on a full disk while recording).
-        self._file = open(path, "wb")  # noqa: SIM115 - closed in close(), after the container
+        self._file = open(path, "wb")  # closed in close(), after the container
         try:
             self._container = av.open(self._file, mode="w", format="mp4")
         except BaseException:
