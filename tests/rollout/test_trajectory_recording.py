@@ -62,8 +62,8 @@ def test_frames_are_what_the_policy_saw_and_sent_and_end_with_the_record(tmp_pat
     assert {r["status"] for r in records} == {"success", "failure"}  # both endings are checked
     at = 0
     for rec in sorted(records, key=lambda r: r["episode"]):
-        table, meta = read_trajectory(tmp_path / "o" / "push_expert" / "trajectories"
-                                      / f"episode_{rec['episode']:06d}.parquet")
+        assert rec["trajectory"] == {"frames": f"trajectories/episode_{rec['episode']:06d}.parquet"}
+        table, meta = read_trajectory(tmp_path / "o" / "push_expert" / rec["trajectory"]["frames"])
         length = rec["episode_length"]
         assert table.num_rows == length and (meta["seed"], meta["attempt"]) == (rec["seed"], rec["attempt"])
         assert meta["status"] == rec["status"] and meta["fps"] == 80.0 and meta["instruction"]
@@ -90,6 +90,7 @@ def test_which_episodes_keep_their_trajectory(tmp_path, which, kept) -> None:
     folder = tmp_path / "o" / "push_expert" / "trajectories"
     assert sorted(p.name for p in folder.glob("*.parquet")) == \
         sorted(f"episode_{r['episode']:06d}.parquet" for r in records if kept(r))
+    assert all(("trajectory" in r) == kept(r) for r in records)  # the record says where its trajectory is
     assert not list(folder.glob(".tmp-*"))
 
 
@@ -135,6 +136,6 @@ def test_a_camera_is_recorded_one_frame_per_step(tmp_path) -> None:
     records = evaluate(noisy_expert(0.0), tmp_path / "o", "{keys: [action], cameras: [corner], width: 32, "
                                                         "height: 32}", episodes=2, max_steps=30)
     for rec in records:
-        path = tmp_path / "o" / "push_expert" / "trajectories" / "corner" / f"episode_{rec['episode']:06d}.mp4"
+        path = tmp_path / "o" / "push_expert" / rec["trajectory"]["videos"]["corner"]
         with av.open(str(path)) as container:
             assert sum(1 for _ in container.decode(video=0)) == rec["episode_length"]

@@ -49,6 +49,9 @@ class EpisodeRecord:
     timing: dict[str, Any] | None = None
     # Steps whose action lay outside the env's declared bounds (the env clipped them); absent where it declares none.
     clipped_actions: int | None = None
+    # The episode's recorded trajectory (rollout/trajectory.py), relative to its Run folder: `frames` the Parquet
+    # file, `videos` camera -> mp4; absent where the episode keeps none.
+    trajectory: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         # Shallow (not dataclasses.asdict, which deep-copies): the dict is serialised at once.

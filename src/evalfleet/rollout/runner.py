@@ -309,10 +309,11 @@ class ShardRunner:
                     error, code = f"recording failed: {describe_error(exc)}", RECORDING_ERROR.code
                 status = "error"
             slot.video = None
+        kept = None
         if slot.trajectory is not None:
             trajectory, slot.trajectory = slot.trajectory, None
             try:
-                trajectory.close(status=status)
+                kept = trajectory.close(status=status)
             except Exception as exc:  # noqa: BLE001 - a trajectory that cannot be written is reported, not fatal
                 trajectory.discard()
                 if not error:
@@ -339,6 +340,7 @@ class ShardRunner:
             policy_provenance=getattr(self._policy, "provenance", None),
             timing=slot.timing.record(slot.queue, slot.steps) if slot.timing else None,
             clipped_actions=None if slot.bounds is None else slot.clipped,
+            trajectory=kept,
             failure_code=None if status == "success" else (code or POLICY_ERROR.code),
             protocol=self._identity,
         )

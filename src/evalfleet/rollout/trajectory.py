@@ -122,9 +122,10 @@ class EpisodeTrajectory:
             values.append(row[name])
         self.frames += 1
 
-    def close(self, *, status: str) -> str | None:
-        """Write the episode's trajectory (None, and nothing written, where the settings keep no such episode or
-        it has no frame)."""
+    def close(self, *, status: str) -> dict[str, Any] | None:
+        """Write the episode's trajectory and say where it is, for its record: {"frames": the Parquet file,
+        "videos": camera -> mp4}, relative to the Run folder (None, and nothing written, where the settings keep
+        no such episode or it has no frame)."""
         keep = self.frames > 0 and not (self.keep_failures_only and status == "success")
         videos, self._videos = self._videos, {}
         for writer in videos.values():
@@ -144,7 +145,10 @@ class EpisodeTrajectory:
         except BaseException:
             tmp.unlink(missing_ok=True)  # e.g. a full disk: no half-written file is left behind
             raise
-        return rel
+        found: dict[str, Any] = {"frames": rel}
+        if self.cameras:
+            found["videos"] = {c: camera_relpath(c, self.episode) for c in self.cameras}
+        return found
 
     def _write(self, tmp: Path, status: str) -> None:
         _write_frames(tmp, self.columns, self.frames, {
