@@ -103,6 +103,24 @@ CATEGORIES: dict[str, list[Case]] = {
         Case("latin-1-text", GOOD.replace("push_expert", "push_\xe9").encode("latin-1"), "", also=("UTF-8",)),
         Case("nul-in-yaml-text", GOOD + "\x00\n", "", also=("not valid YAML",)),
     ],
+    "recording.trajectories (#54)": [
+        Case("unknown-trajectory-key", run_doc(recording="{trajectories: {keys: [state, joint_torques]}}"),
+             f"{RUN}.recording.trajectories.keys.1", also=("'environment_state'", "joint_torques")),
+        Case("misspelt-setting", run_doc(recording="{trajectories: {episode: all}}"),
+             f"{RUN}.recording.trajectories.episode", also=("did you mean episodes",)),
+        Case("camera-the-environment-lacks", run_doc(recording="{trajectories: {cameras: [cornr]}}"),
+             f"{RUN}.recording.trajectories.cameras[0]", also=("no camera 'cornr'", "did you mean 'corner'")),
+        Case("sample-share-above-1", run_doc(recording="{trajectories: {episodes: sample, fraction: 1.5}}"),
+             f"{RUN}.recording.trajectories.fraction"),
+        Case("key-twice", run_doc(recording="{trajectories: {keys: [action, action]}}"),
+             f"{RUN}.recording.trajectories.keys", also=("more than once",)),
+        Case("every-0th", run_doc(recording="{trajectories: {every_n: 0}}"), f"{RUN}.recording.trajectories.every_n"),
+        Case("a-list-not-settings", run_doc(recording="{trajectories: [state]}"), f"{RUN}.recording.trajectories"),
+        Case("one-dataset-of-two-kinds", GOOD + "  pusht_zero:\n    environment: {type: pusht}\n"
+             "    policy: {type: zero}\n    rollout_limit: {num_episodes: 2}\n"
+             "shared:\n  recording: {trajectories: {keys: [action]}}\n", "runs",
+             also=("one dataset", "dataset: run")),
+    ],
     "non-finite numbers": [
         Case("nan-low", noise("{enabled: true, low: .nan, high: 0.1}"), f"{RUN}.variations.robot.action_noise.low",
              also=("finite",)),
