@@ -242,13 +242,83 @@ def gate(result: dict[str, Any]) -> dict[str, Any]:
                     f"p < {alpha:g} over the per-task tests (paired McNemar where the arms share seeds)"}
 
 
+def sequential_gate(comparisons: list[dict[str, Any]], baseline: str) -> dict[str, Any] | None:
+    """The gate from an Experiment's own sequential comparisons (`stopping.compare`, experiment_result.json's
+    `comparisons`) against `baseline`: a candidate fails where its pair stopped on "worse". Those decisions hold
+    at whatever episode each pair stopped; a fixed-sample test of the same stopped data would not (stopping when
+    a difference shows inflates its false alarms), so an Experiment that stopped sequentially is gated by them.
+    None where the Experiment compared nothing with `baseline` sequentially."""
+    mine = [c for c in comparisons if isinstance(c, dict) and c.get("baseline") == baseline]
+    if not mine:
+        return None
+    worse = [{"policy": c.get("policy"), "task": c.get("task"), "difference": c.get("difference"),
+              "interval": c.get("interval"), "stopped_at": c.get("stopped_at"), "test": "sequential"}
+             for c in mine if c.get("verdict") == "worse"]
+    open_ = [f"{c.get('task')}/{c.get('policy')}" for c in mine if c.get("verdict") not in ("better", "worse",
+                                                                                            "no_difference")]
+    return {"passed": not worse, "worse": worse, "family_size": len(mine), "alpha": mine[0].get("alpha"),
+            "undecided": open_, "sequential": True,
+            "rule": "fails when a policy's sequential comparison with the baseline (stopping.compare) stopped on "
+                    "'worse': group-sequential exact binomial on discordant pairs, Holm across the comparisons"}
+
+
 def gate_lines(verdict: dict[str, Any], baseline: str) -> list[str]:
-    """What the gate says, one line per regression."""
+    """What the gate says, one line per regression (and, for a sequential gate, the pairs left undecided)."""
+    if verdict.get("sequential"):
+        lines = [f"gate: FAILED: {w['policy']} is worse than {baseline} on {w['task']}: difference "
+                 f"{w['difference']:+.1%} in [{w['interval'][0]:+.1%}, {w['interval'][1]:+.1%}], stopped at "
+                 f"{w['stopped_at']} episodes (sequential)" for w in verdict["worse"]]
+        if verdict["passed"]:
+            lines.append(f"gate: passed: no sequential comparison with {baseline} stopped on worse "
+                         f"({verdict['family_size']} comparisons, alpha {verdict['alpha']:g})")
+        if verdict["undecided"]:
+            lines.append(f"gate: note: undecided at the episode cap: {', '.join(verdict['undecided'])}")
+        return lines
     if verdict["passed"]:
         return [f"gate: passed: no policy is worse than {baseline} on any task "
                 f"({verdict['family_size']} per-task tests, Holm, alpha {verdict['alpha']:g})"]
     return [f"gate: FAILED: {w['policy']} is worse than {baseline} on {w['task']}: {w['policy_rate']:.1%} against "
             f"{w['baseline_rate']:.1%} ({w['test']}, p_holm={w['p_holm']:.3g})" for w in verdict["worse"]]
+
+
+def sequential_gate_of(output: str, baseline: str) -> dict[str, Any] | None:
+    """`sequential_gate` of an output folder's experiment_result.json (None: no such file, or no sequential
+    comparison with `baseline` in it)."""
+    import os
+
+    from evalfleet.bounded_json import loads
+    from evalfleet.layout import RESULT_FILE
+
+    path = os.path.join(output, RESULT_FILE)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            result = loads(f.read())
+    except (OSError, ValueError):
+        return None
+    comparisons = result.get("comparisons") if isinstance(result, dict) else None
+    return sequential_gate(comparisons, baseline) if isinstance(comparisons, list) else None
+
+
+def gate_output(output: str, baseline: str, *, alpha: float = 0.05) -> dict[str, Any]:
+    """The CI gate of one output folder against `baseline` (what `evalfleet compare OUT --baseline B --gate` and
+    `ExperimentResult.gate` decide): the Experiment's own sequential comparisons with `baseline` where it stopped
+    sequentially (`sequential_gate`), else the per-task paired tests over its records (`gate`)."""
+    from evalfleet.analysis.grouping import ordered_policies
+    from evalfleet.analysis.loading import load_records
+    from evalfleet.analysis.success import labelled_records
+    from evalfleet.errors import UserError
+
+    verdict = sequential_gate_of(output, baseline)
+    if verdict is not None:
+        return verdict
+    labelled = labelled_records(load_records([output]), None, None, where=output, flag="baseline")
+    policies = ordered_policies(labelled, None)
+    if baseline not in policies or len(policies) < 2:
+        raise UserError(f"no records of baseline policy {baseline!r} beside another policy's (policies: "
+                        f"{', '.join(policies) or 'none'})", where=output, key="baseline")
+    return gate(compare(labelled, baseline, [baseline] + [p for p in policies if p != baseline], alpha=alpha))
 
 
 def print_table(result: dict[str, Any], width: int | None = None) -> None:

@@ -229,7 +229,7 @@ def _looks_like_input(name: str) -> bool:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from evalfleet.analysis.compare import compare, gate, gate_lines, print_table
+    from evalfleet.analysis.compare import compare, gate, gate_lines, print_table, sequential_gate_of
     from evalfleet.analysis.grouping import UNTAGGED, listing, ordered_policies
     from evalfleet.analysis.plots import write_json
 
@@ -256,8 +256,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     policies = [args.baseline] + [p for p in policies if p != args.baseline]
     result = compare(labelled, args.baseline, policies, alpha=args.alpha)
     result["excluded_errors"] = record_set.n_errors
-    if args.gate:
-        result["gate"] = gate(result)
+    if args.gate:  # an Experiment that stopped sequentially is gated by its own sequential decisions
+        sequential = sequential_gate_of(args.inputs[0], args.baseline) if len(args.inputs) == 1 else None
+        result["gate"] = sequential or gate(result)
     print_table(result)
     write_json(output, result)
     print(f"wrote {output}")

@@ -122,6 +122,14 @@ class ExperimentResult:
     def rates(self) -> dict[str, float | None]:
         return {n: r.success_rate for n, r in self.runs.items()}
 
+    def gate(self, baseline: str, *, alpha: float = 0.05) -> dict[str, Any]:
+        """The CI gate of this Experiment against the `baseline` policy, as `evalfleet compare OUT --baseline B
+        --gate` decides it (analysis/compare.gate_output): {"passed": bool, "worse": [...], "rule": ...}; by the
+        Experiment's own sequential comparisons where it stopped sequentially against `baseline`."""
+        from evalfleet.analysis.compare import gate_output
+
+        return gate_output(str(self.output), baseline, alpha=alpha)
+
     def __str__(self) -> str:
         lines = [f"{self.name}: {len(self.runs)} Runs, report {self.report}"]
         lines += [f"  {run}" for run in self.runs.values()]
