@@ -6,10 +6,11 @@
 A shard task (1 CPU, retried by Ray when its worker dies) writes the single experiment file and the Run's
 already-recorded episodes of its range into a private temp folder on its node, runs
 `evalfleet runner EXP --output TMP --shard RUN:START:STOP` under `watchdog.supervise`, and streams every new
-record line, in batches, to a `_RecordSink` actor. The driver drains the sink and appends the lines to
-OUT/<run>/parts/<shard>.jsonl, so workers need no shared filesystem and the progress bar, run_status.json,
-resume and summary are the local backend's. A retried or resumed task starts from every line the sink holds
-for its range, so finished episodes are never run twice.
+record line, in batches, to a `_RecordSink` actor, with the files the runner wrote for its episode (a recorded
+trajectory and its camera videos). The driver drains the sink, writes the files into OUT/<run>/trajectories/ and
+then appends the lines to OUT/<run>/parts/<shard>.jsonl, so workers need no shared filesystem and the progress
+bar, run_status.json, resume, summary and trajectory dataset are the local backend's. A retried or resumed task
+starts from every line the sink holds for its range, so finished episodes are never run twice.
 
 A Run with a served policy (a server binding whose `needs_server` is true) gets a placement group: bundle 0
 holds a `_PolicyServer` actor (resources from `binding.resources`) that starts the server with

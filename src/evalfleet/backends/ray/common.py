@@ -1,13 +1,14 @@
 """What every side of the Ray backend shares: Ray imported on first use (a UserError when it is missing) and
-appending a text to a file, writing a task's timings files."""
+appending a text to a file, writing a task's timings files and its episodes' files."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from evalfleet.errors import UserError
-from evalfleet.layout import RUN_TIMINGS_DIR
+from evalfleet.layout import RUN_TIMINGS_DIR, TRAJECTORIES_DIR
 
 RAY_MISSING = "the Ray backend needs Ray: pip install 'evalfleet[ray]' (or 'ray[default]>=2.60')"
 
@@ -34,3 +35,19 @@ def write_timings(out: Path, run: str, files: dict[str, str]) -> None:
         path = out / run / RUN_TIMINGS_DIR / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
+
+
+def write_episode_file(out: Path, run: str, rel: str, data: bytes) -> None:
+    """An episode's file a shard task sent (shard_task.episode_files) into OUT/<run>/<rel>, whole (written aside and
+    renamed into place, so a reader never sees half of it); only a path of the runner's own shape: a trajectory
+    or one of its camera videos."""
+    path = PurePosixPath(rel)
+    if (path.is_absolute() or len(path.parts) not in (2, 3) or path.parts[0] != TRAJECTORIES_DIR
+            or any(part in ("", ".", "..") or part.startswith(".") for part in path.parts)
+            or path.suffix not in (".parquet", ".mp4")):
+        return
+    dest = out / run / Path(*path.parts)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".tmp-{os.getpid()}-{dest.name}")
+    tmp.write_bytes(data)
+    os.replace(tmp, dest)

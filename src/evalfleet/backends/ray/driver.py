@@ -1,7 +1,7 @@
 """The driver side of a Ray evaluation (`RayRun`): one `execute` (a wave, under sequential stopping) as Ray tasks,
 one per pending shard, scheduled in the placement groups of their Runs' servers, and the record lines the tasks
-push drained from the sink into OUT/<run>/parts/. The sink and the servers belong to the serve around it
-(`serving.RayServing`), so they outlive the wave."""
+push drained from the sink into OUT/<run>/parts/ (after the files of their episodes, into OUT/<run>/). The sink
+and the servers belong to the serve around it (`serving.RayServing`), so they outlive the wave."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from evalfleet.execution.backends import WorkerResult, ordered_shards
-from evalfleet.backends.ray.common import append_text, import_ray, write_timings
+from evalfleet.backends.ray.common import append_text, import_ray, write_episode_file, write_timings
 from evalfleet.backends.ray.serving import RayServing
 from evalfleet.backends.ray.shard_task import run_shard_on_worker
 from evalfleet.execution.watchdog import WatchdogConfig, WatchdogResult
@@ -119,8 +119,13 @@ class RayRun:
         self._drain(ray, sink)
 
     def _drain(self, ray: Any, sink: Any) -> None:
+        """The episode files the tasks pushed into OUT/<run>/ (trajectories: the task's folder is removed), then
+        the record lines into OUT/<run>/parts/: a record written here always has its files."""
+        files, lines = ray.get(sink.drain.remote())
+        for run, rel, data in files:
+            write_episode_file(self.out, run, rel, data)
         batches: dict[tuple[str, str], list[str]] = {}
-        for run, shard_id, line in ray.get(sink.drain.remote()):
+        for run, shard_id, line in lines:
             batches.setdefault((run, shard_id), []).append(line)
         for (run, shard_id), lines in batches.items():
             path = part_path(self.out, run, shard_id)

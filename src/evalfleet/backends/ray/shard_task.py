@@ -1,9 +1,11 @@
 """The body of a shard task on a Ray worker: the runner under the watchdog in a private temp folder, the Run's
-known records in, every new record line pushed to the sink."""
+known records in, every new record line pushed to the sink with the files the runner wrote for its episode
+(its trajectory and the trajectory's camera videos: the folder is removed when the task ends)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import tempfile
@@ -72,7 +74,7 @@ def run_shard_on_worker(document: str, run: str, start: int, stop: int | None, s
                 alive = thread.is_alive()
                 lines = tail.new_lines()
                 if lines:
-                    ray.get(sink.push.remote(run, shard.id, lines))
+                    ray.get(sink.push.remote(run, shard.id, lines, episode_files(tmp / run, lines)))
                 if not alive:
                     break
                 thread.join(PUSH_INTERVAL_S)
@@ -81,7 +83,7 @@ def run_shard_on_worker(document: str, run: str, start: int, stop: int | None, s
             thread.join(float(config.get("term_grace", 10.0)) + 5.0)
             lines = tail.new_lines()
             if lines:
-                ray.get(sink.push.remote(run, shard.id, lines))
+                ray.get(sink.push.remote(run, shard.id, lines, episode_files(tmp / run, lines)))
             raise
         if "error" in box:
             raise box["error"]
@@ -98,6 +100,29 @@ def run_shard_on_worker(document: str, run: str, start: int, stop: int | None, s
                 "timings": _timings_files(tmp, run)}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def episode_files(run_dir: Path, lines: list[str]) -> list[tuple[str, bytes]]:
+    """The files the runner wrote for the episodes of these record lines, as (path in the Run folder, content):
+    each one's trajectory and its camera videos (rollout/trajectory.py). The runner renames them into place
+    whole before it writes the record line, so they are complete here (a file being written has a dot name); an
+    episode recorded again later sends its files again, and the driver keeps the last."""
+    from evalfleet.rollout.trajectory import camera_relpath, trajectory_relpath
+
+    found: dict[str, bytes] = {}
+    for line in lines:
+        try:
+            episode = json.loads(line).get("episode")
+        except (ValueError, AttributeError):
+            continue
+        if not isinstance(episode, int) or isinstance(episode, bool) or episode < 0:
+            continue
+        for path in [*sorted(run_dir.glob(camera_relpath("*", episode))), run_dir / trajectory_relpath(episode)]:
+            try:
+                found[path.relative_to(run_dir).as_posix()] = path.read_bytes()
+            except FileNotFoundError:
+                continue  # an episode that keeps no trajectory
+    return list(found.items())
 
 
 def _timings_files(tmp: Path, run: str) -> dict[str, str]:
