@@ -104,19 +104,29 @@ def wait_at_gate(gate: Path) -> None:
 class GatedExpert(MetaworldExpertPolicy):
     """The expert, held at a gate the test controls, so that an interruption always lands while work is pending,
     however fast the machine: each process starts `after_episodes` episodes freely, then waits at the start of
-    the next one (`wait_at_gate(options["gate"])`) until the test releases the gate or stops the process."""
+    the next one (`wait_at_gate(options["gate"])`) until the test releases the gate or stops the process. With
+    `at_call: K` it waits inside that episode instead, at its K-th policy call (K - 1 steps played)."""
 
     def __init__(self, options: dict, context: Any):
         super().__init__(ExpertOptions(chunk_size=int(options.get("chunk_size", 1))), context)  # chunks: issue #28
         self.gate = Path(options["gate"])
         self.after = int(options.get("after_episodes", 1))
+        self.at_call = int(options["at_call"]) if options.get("at_call") is not None else None
+        self.calls: dict[int, int] = {}
 
     def reset(self, episode_seed: int, env_id: int = 0) -> None:
         global _episodes_started
         _episodes_started += 1
-        if _episodes_started > self.after:
+        self.calls[env_id] = 0
+        if self.at_call is None and _episodes_started > self.after:
             wait_at_gate(self.gate)
         super().reset(episode_seed, env_id)
+
+    def act(self, observation: dict[str, Any], env_id: int = 0) -> np.ndarray:
+        self.calls[env_id] = self.calls.get(env_id, 0) + 1
+        if self.calls[env_id] == self.at_call and _episodes_started > self.after:
+            wait_at_gate(self.gate)
+        return super().act(observation, env_id)
 
 
 class HangingPolicy(BasePolicy):
