@@ -34,7 +34,9 @@ EXPERIMENT = {
         "policy_name": "expert",
         "rollout_limit": {"num_episodes": 3},
         "recording": {"trajectories": {"keys": ["state", "action", "reward", "success", "done", "progress"],
-                                       "cameras": ["corner"], "width": 32}},
+                                       "cameras": ["corner"], "width": 32},
+                      # and the episode videos of `recording.video`, which reach OUT the same way on Ray
+                      "video": True, "cameras": ["corner"], "every_n_episodes": 2, "width": 32, "height": 32},
     },
     "runs": {
         "reach": {"environment": {"task": "reach-v3"}},
@@ -129,6 +131,9 @@ def assert_same_numbers(got, want, where: str) -> None:
 def assert_same_dataset(out: Path, reference: Path) -> None:
     got, want = out / "dataset", reference / "dataset"
     assert results_by_episode(out) == results_by_episode(reference)
+    videos = sorted(p.relative_to(reference).as_posix() for p in reference.glob("*/videos/corner/episode_*.mp4"))
+    assert videos and sorted(p.relative_to(out).as_posix() for p in out.glob("*/videos/corner/episode_*.mp4")) \
+        == videos  # episodes 0 and 2 of each Run
     assert (got / "meta" / "info.json").is_file(), f"no dataset in {out}"
     assert sorted(p.relative_to(got).as_posix() for p in got.rglob("*")) == \
         sorted(p.relative_to(want).as_posix() for p in want.rglob("*"))  # the same files

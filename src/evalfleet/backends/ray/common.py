@@ -8,7 +8,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from evalfleet.errors import UserError
-from evalfleet.layout import RUN_TIMINGS_DIR, TRAJECTORIES_DIR
+from evalfleet.layout import RUN_TIMINGS_DIR, TRAJECTORIES_DIR, VIDEOS_DIR
 
 RAY_MISSING = "the Ray backend needs Ray: pip install 'evalfleet[ray]' (or 'ray[default]>=2.60')"
 
@@ -40,11 +40,12 @@ def write_timings(out: Path, run: str, files: dict[str, str]) -> None:
 def write_episode_file(out: Path, run: str, rel: str, data: bytes) -> None:
     """An episode's file a shard task sent (shard_task.episode_files) into OUT/<run>/<rel>, whole (written aside and
     renamed into place, so a reader never sees half of it); only a path of the runner's own shape: a trajectory
-    or one of its camera videos."""
+    or one of its camera videos, or a recorded video (videos/<camera>/episode_N.mp4)."""
     path = PurePosixPath(rel)
-    if (path.is_absolute() or len(path.parts) not in (2, 3) or path.parts[0] != TRAJECTORIES_DIR
-            or any(part in ("", ".", "..") or part.startswith(".") for part in path.parts)
-            or path.suffix not in (".parquet", ".mp4")):
+    parts = path.parts
+    trajectory = len(parts) in (2, 3) and parts[0] == TRAJECTORIES_DIR and path.suffix in (".parquet", ".mp4")
+    video = len(parts) == 3 and parts[0] == VIDEOS_DIR and path.suffix == ".mp4"
+    if path.is_absolute() or not (trajectory or video) or any(p in ("", ".", "..") or p.startswith(".") for p in parts):
         return
     dest = out / run / Path(*path.parts)
     dest.parent.mkdir(parents=True, exist_ok=True)

@@ -104,10 +104,12 @@ def run_shard_on_worker(document: str, run: str, start: int, stop: int | None, s
 
 def episode_files(run_dir: Path, lines: list[str]) -> list[tuple[str, bytes]]:
     """The files the runner wrote for the episodes of these record lines, as (path in the Run folder, content):
-    each one's trajectory and its camera videos (rollout/trajectory.py). The runner renames them into place
-    whole before it writes the record line, so they are complete here (a file being written has a dot name); an
-    episode recorded again later sends its files again, and the driver keeps the last."""
+    each one's trajectory and its camera videos (rollout/trajectory.py), and its recorded videos
+    (`recording.video`, rollout/video.py). The runner closes them (and renames a trajectory's into place) before it
+    writes the record line, so they are complete here; an episode recorded again later sends its files again, and
+    the driver keeps the last."""
     from evalfleet.rollout.trajectory import camera_relpath, trajectory_relpath
+    from evalfleet.rollout.video import video_relpath
 
     found: dict[str, bytes] = {}
     for line in lines:
@@ -117,7 +119,8 @@ def episode_files(run_dir: Path, lines: list[str]) -> list[tuple[str, bytes]]:
             continue
         if not isinstance(episode, int) or isinstance(episode, bool) or episode < 0:
             continue
-        for path in [*sorted(run_dir.glob(camera_relpath("*", episode))), run_dir / trajectory_relpath(episode)]:
+        for path in [*sorted(run_dir.glob(camera_relpath("*", episode))), run_dir / trajectory_relpath(episode),
+                     *sorted(run_dir.glob(video_relpath("*", episode)))]:
             try:
                 found[path.relative_to(run_dir).as_posix()] = path.read_bytes()
             except FileNotFoundError:
