@@ -121,6 +121,16 @@ CATEGORIES: dict[str, list[Case]] = {
              "shared:\n  recording: {trajectories: {keys: [action]}}\n", "runs",
              also=("one dataset", "dataset: run")),
     ],
+    "success.hold_steps (#55)": [
+        Case("hold-on-an-env-that-ends-at-success", "runs:\n  p:\n    environment: {type: pusht}\n"
+             "    policy: {type: zero}\n    rollout_limit: {num_episodes: 2}\n    success: {hold_steps: 5}\n",
+             "runs.p.success.hold_steps",
+             also=("ends its episode when it reports success",)),
+        Case("hold-0", run_doc(success="{hold_steps: 0}"), f"{RUN}.success.hold_steps"),
+        Case("hold-a-million", run_doc(success="{hold_steps: 1000000}"), f"{RUN}.success.hold_steps"),
+        Case("hold-a-fraction", run_doc(success="{hold_steps: 2.5}"), f"{RUN}.success.hold_steps"),
+        Case("hold-misspelt", run_doc(success="{hold: 5}"), f"{RUN}.success.hold", also=("hold_steps",)),
+    ],
     "non-finite numbers": [
         Case("nan-low", noise("{enabled: true, low: .nan, high: 0.1}"), f"{RUN}.variations.robot.action_noise.low",
              also=("finite",)),

@@ -161,13 +161,13 @@ def spec_check_lines(plan, width: int) -> list[str]:  # an experiment.plan.Plan
 def protocol_lines(plan, width: int) -> list[str]:  # an experiment.plan.Plan
     """What each Run's episodes are judged by (sim/protocol.py): the task's protocol identity, its milestones and
     the failure codes its adapter tells apart (beyond the codes every Run can produce)."""
-    from evalfleet.sim.base import task_protocol
+    from evalfleet.rollout.failures import run_protocol
     from evalfleet.textlayout import wrap_fields
 
     head = "judged by (the protocol each record carries; a changed protocol is a new measurement):"
     lines = ["", *wrap_fields(head.split(" "), width, gap=" ", hanging="  ")]
     for rp in plan.runs.values():
-        protocol = task_protocol(rp.run.environment.type, rp.run.environment.options())
+        protocol = run_protocol(rp.run)
         words = [f"{rp.name}:", protocol.task, f"protocol {protocol.identity[:12]};"]
         if protocol.milestones:
             words += ["milestones", " → ".join(protocol.milestones) + ";"]

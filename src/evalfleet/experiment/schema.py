@@ -300,6 +300,16 @@ class Stopping(Strict):
         return self
 
 
+MAX_HOLD_STEPS = 100_000
+
+
+class SuccessRule(Strict):
+    """`success:` of a Run: a success ends the episode only once it has held `hold_steps` consecutive steps (Arena's
+    success streaks), so a success that flickers for one step is not counted (rollout/runner.py: `_ending`)."""
+
+    hold_steps: Int = Field(default=1, ge=1, le=MAX_HOLD_STEPS)
+
+
 class Run(Strict):
     environment: TypedSection
     policy: PolicySection
@@ -310,6 +320,7 @@ class Run(Strict):
     task: str | None = None
     policy_name: str | None = None
     recording: Recording = Field(default_factory=Recording)
+    success: SuccessRule = Field(default_factory=SuccessRule)
     max_attempts: Int = Field(default=3, gt=0, le=MAX_ATTEMPTS)
     # Arena: how many times its runner rebuilds the environment (one episode_results_rebuild<R>.jsonl each).
     num_rebuilds: Int | None = Field(default=None, gt=0, le=MAX_ATTEMPTS)

@@ -60,6 +60,7 @@ def validate_types(run: Run, where: str, key: str) -> None:
         _validate_builder(run, env.info, where, key)
         _validate_variations(run, env.info, where, key)
         _validate_recording_cameras(run, env.info, where, key)
+        _validate_success_hold(run, env.info, where, key)
     check_run_timing(run, where, key)  # timing: and the policy.latency_ms variation (experiment/timing.py)
     policy = _lookup(POLICIES, run.policy.type, where, f"{key}.policy.type")
     if policy is not None and policy.options is not None:
@@ -145,6 +146,14 @@ def _validate_recording_cameras(run: Run, info: Any, where: str, key: str) -> No
                 raise UserError(f"{run.environment.type} has no camera {camera[:80]!r}"
                                 + (f"; did you mean {close[0]!r}?" if close else "")
                                 + f" (its cameras: {', '.join(known)})", where=where, key=f"{key}.{field}[{i}]")
+
+
+def _validate_success_hold(run: Run, info: Any, where: str, key: str) -> None:
+    """A success held for several steps needs an env that may be stepped on after it reports success."""
+    if run.success.hold_steps > 1 and not getattr(info, "steps_past_success", False):
+        raise UserError(f"{run.environment.type} ends its episode when it reports success, so a success cannot be "
+                        f"held for {run.success.hold_steps} steps there; remove success.hold_steps (or use an "
+                        "environment that declares steps_past_success)", where=where, key=f"{key}.success.hold_steps")
 
 
 def _validate_builder(run: Run, info: Any, where: str, key: str) -> None:

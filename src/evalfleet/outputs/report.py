@@ -96,6 +96,12 @@ def _summary_table(result: dict[str, Any]) -> str:
         if clipping.get("flagged"):
             reason += (f'<div class="note clipped">{_e(CLIPPED_NOTE.format(fraction=clipping["fraction"]))} '
                        f'({_e(clipping["steps_clipped"])} of {_e(clipping["steps"])} steps)</div>')
+        first = r.get("first_success_step") or {}
+        if first.get("episodes"):
+            median, q1, q3 = (f"{first[k]:g}" for k in ("median", "q1", "q3"))
+            reason += (f'<div class="note first-success">success first reported at step {_e(median)} (median; '
+                       f'quartiles {_e(q1)}–{_e(q3)}) in {_e(first["episodes"])} episodes, '
+                       f'{_e(first["succeeded"])} of them counted as successes</div>')
         t = r.get("timings") or {}
         rows.append(
             f'<tr data-run="{_e(r["run"])}" data-status="{_e(r["status"])}">'

@@ -160,6 +160,9 @@ def summarise_run(name: str, records: list[dict[str, Any]], status: dict[str, An
     progress = progress_summary(records)
     if progress is not None:
         summary["progress"] = progress
+    first_success = first_success_summary(records)
+    if first_success is not None:
+        summary["first_success_step"] = first_success
     clipping = clipping_summary(records)
     if clipping is not None:
         summary["clipped_actions"] = clipping
@@ -195,6 +198,22 @@ def clipping_summary(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     return {"steps_clipped": clipped, "steps": steps, "fraction": round(fraction, 6),
             "episodes_clipped": sum(1 for r in counted if r["clipped_actions"] > 0), "episodes": len(counted),
             "flagged": fraction > CLIPPED_MOSTLY}
+
+
+def first_success_summary(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The step at which the env first reported success, over the episodes where it did (records'
+    `first_success_step`): its quartiles, beside how many of those episodes then succeeded (with
+    `success.hold_steps` a success must hold; a flickering one does not count). None when no record has one."""
+    import statistics
+
+    seen = [r for r in records if isinstance(r.get("first_success_step"), int)
+            and not isinstance(r.get("first_success_step"), bool)]
+    if not seen:
+        return None
+    steps = sorted(r["first_success_step"] for r in seen)
+    q1, median, q3 = statistics.quantiles(steps, n=4, method="inclusive") if len(steps) > 1 else (steps[0],) * 3
+    return {"episodes": len(seen), "succeeded": sum(1 for r in seen if r.get("status") == "success"),
+            "median": median, "q1": q1, "q3": q3, "min": steps[0], "max": steps[-1]}
 
 
 def _plural(n: int, word: str) -> str:

@@ -93,10 +93,18 @@ def task_code(env: Any, protocol: TaskProtocol) -> str:
 
 
 def run_protocol(run: Any) -> TaskProtocol:
-    """A Run's task protocol, from its environment type and options."""
+    """A Run's task protocol, from its environment type and options; a success that must hold several steps
+    (`success.hold_steps`) is another measurement, so another protocol identity."""
+    import dataclasses
+
     from evalfleet.sim.base import task_protocol
 
-    return task_protocol(run.environment.type, run.environment.options())
+    protocol = task_protocol(run.environment.type, run.environment.options())
+    hold = getattr(getattr(run, "success", None), "hold_steps", 1)
+    if hold > 1:
+        protocol = dataclasses.replace(protocol, success=f"{protocol.success}, held for {hold} consecutive steps",
+                                       parameters={**protocol.parameters, "success_hold_steps": hold})
+    return protocol
 
 
 def write_protocol(out_dir: Path, run: str, protocol: TaskProtocol) -> None:

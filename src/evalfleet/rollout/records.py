@@ -52,6 +52,9 @@ class EpisodeRecord:
     # The episode's recorded trajectory (rollout/trajectory.py), relative to its Run folder: `frames` the Parquet
     # file, `videos` camera -> mp4; absent where the episode keeps none.
     trajectory: dict[str, Any] | None = None
+    # The first step after which the env reported success (None: it never did); with `success.hold_steps` the
+    # episode succeeds only once that success has held, so its length may be larger.
+    first_success_step: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         # Shallow (not dataclasses.asdict, which deep-copies): the dict is serialised at once.

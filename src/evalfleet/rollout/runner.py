@@ -73,6 +73,7 @@ class ShardRunner:
         self.in_flight = in_flight or InFlight(None)  # rollout/inflight.py: what a restarted runner accounts for
         self.garbage = garbage  # rollout/garbage.py: a runner process's old cyclic garbage, collected
         self.protocol = run_protocol(self.run)  # sim/protocol.py: its identity on every record
+        self._hold_steps = getattr(getattr(self.run, "success", None), "hold_steps", 1)
         self._identity = self.protocol.identity  # a SHA-256 of its canonical JSON (~0.1 ms): once, not per record
         self._protocol_checked = False
         self._envs: list[Any] = []
@@ -225,8 +226,9 @@ class ShardRunner:
             if slot.video is not None:
                 with self.timings.phase("render"):
                     slot.video.add(slot.env, result.observation)
+            ends, succeeded = self._ending(slot, result.success, result.done)
             if slot.trajectory is not None:
-                slot.trajectory.step(action, result.success, result.done, result.info)
+                slot.trajectory.step(action, result.success, ends, result.info)
         except Exception as exc:  # noqa: BLE001 - an environment's error is this episode's error record
             self._finish(slot, progress, error=describe_error(exc), code=stage(exc))
             self._start(slot, progress)
@@ -235,8 +237,8 @@ class ShardRunner:
         slot.observation = result.observation
         slot.progress = result.info.get("progress", slot.progress)
         timeout = self.run.episode_timeout_s
-        if result.done:
-            self._finish(slot, progress, success=result.success)
+        if ends:
+            self._finish(slot, progress, success=succeeded)
             self._start(slot, progress)
         elif now - slot.started > timeout:
             self._finish(slot, progress, error=f"episode exceeded its {timeout:g} s deadline after {slot.steps} steps",
@@ -251,6 +253,20 @@ class ShardRunner:
                 self._start(slot, progress)
         return 1
 
+    def _ending(self, slot: Slot, success: bool, done: bool) -> tuple[bool, bool]:
+        """(the episode ends at this step, it succeeded), from the env's success and done after the step. Where the
+        Run holds success for `success.hold_steps` > 1 steps, a success that has not held that long goes on, and
+        at the step limit it is a failure. Counts the steps success has held and notes the first."""
+        if success:
+            slot.held += 1
+            if slot.first_success is None:
+                slot.first_success = slot.steps + 1
+        else:
+            slot.held = 0
+        if not done or not success or slot.held >= self._hold_steps:
+            return done, success
+        return slot.steps + 1 >= slot.env.max_steps, False
+
     def _start(self, slot: Slot, progress: ShardProgress) -> None:
         """Reset the slot's env and the policy for the shard's next episode (none left: the slot goes idle). A
         reset that fails is that episode's error record, and the slot tries the next."""
@@ -264,6 +280,7 @@ class ShardRunner:
             spec = self.plan.episode(index)
             slot.spec, slot.attempt, slot.steps, slot.latency_s, slot.calls = spec, attempt, 0, 0.0, 0
             slot.bounds, slot.clipped = action_bounds(slot.env), 0
+            slot.held, slot.first_success = 0, None
             slot.progress = None
             slot.queue.clear()
             slot.timing = self.latency.episode(spec, slot.env) if self.latency else None
@@ -341,6 +358,7 @@ class ShardRunner:
             timing=slot.timing.record(slot.queue, slot.steps) if slot.timing else None,
             clipped_actions=None if slot.bounds is None else slot.clipped,
             trajectory=kept,
+            first_success_step=slot.first_success,
             failure_code=None if status == "success" else (code or POLICY_ERROR.code),
             protocol=self._identity,
         )

@@ -43,6 +43,8 @@ class Slot:
     timing: Any = None  # a simulated-latency Run's latency.EpisodeTiming of this episode
     bounds: Any = None  # the env's declared action bounds (low, high), None when it declares none
     clipped: int = 0  # steps of this episode whose action lay outside them (the env clipped it)
+    held: int = 0  # consecutive steps, up to this one, at which the env reported success
+    first_success: int | None = None  # the first step at which it did
 
 
 @dataclass

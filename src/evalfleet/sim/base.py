@@ -65,6 +65,9 @@ class EnvironmentInfo:
     # The cameras `render(camera, ...)` draws, where the adapter knows them (checked at load against the Run's
     # recording cameras); None: any name is tried when the episode records.
     cameras: tuple[str, ...] | None = None
+    # Whether an episode may be stepped on after the env reports success (Meta-World's may; a Gymnasium env that
+    # terminates on success may not): what `success.hold_steps` needs, checked at load.
+    steps_past_success: bool = False
 
 
 @dataclass

@@ -171,7 +171,7 @@ def task_protocol(opts: MetaworldOptions) -> TaskProtocol:
 _make_metaworld = register_environment(
     "metaworld", "evalfleet.sim.metaworld_env:MetaworldEnvironment", options=MetaworldOptions,
     summary="Meta-World v3 (MuJoCo, CPU): 50 Sawyer manipulation tasks with scripted experts",
-    info=EnvironmentInfo(variations=VARIATIONS, protocol=task_protocol, cameras=CAMERAS,
+    info=EnvironmentInfo(variations=VARIATIONS, protocol=task_protocol, cameras=CAMERAS, steps_past_success=True,
                          preload=("evalfleet.sim.metaworld_env", "metaworld.env_dict", "metaworld.policies")),
 )
 
