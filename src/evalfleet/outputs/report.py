@@ -20,7 +20,7 @@ from evalfleet.outputs.report_decisions import decisions_section, has_stopping, 
 from evalfleet.outputs.report_episodes import episode_manifest, script_safe
 from evalfleet.outputs.report_failures import failures_section
 from evalfleet.outputs.report_timings import metadata_line, timings_section
-from evalfleet.outputs.summary import CLIPPED_NOTE
+from evalfleet.outputs.summary import AT_RESET_NOTE, CLIPPED_NOTE, plural
 
 
 def _asset(name: str) -> str:
@@ -96,6 +96,9 @@ def _summary_table(result: dict[str, Any]) -> str:
         if clipping.get("flagged"):
             reason += (f'<div class="note clipped">{_e(CLIPPED_NOTE.format(fraction=clipping["fraction"]))} '
                        f'({_e(clipping["steps_clipped"])} of {_e(clipping["steps"])} steps)</div>')
+        if r.get("success_at_reset"):
+            reason += (f'<div class="note at-reset">'
+                       f'{_e(AT_RESET_NOTE.format(episodes=plural(r["success_at_reset"], "episode")))}</div>')
         first = r.get("first_success_step") or {}
         if first.get("episodes"):
             median, q1, q3 = (f"{first[k]:g}" for k in ("median", "q1", "q3"))

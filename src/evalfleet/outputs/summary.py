@@ -118,7 +118,7 @@ def summarise_run(name: str, records: list[dict[str, Any]], status: dict[str, An
         if missing:
             problems.append(f"{missing} of {planned} planned episodes not run")
         if counts["error"]:
-            problems.append(f"{_plural(counts['error'], 'episode')} ended in an infrastructure error "
+            problems.append(f"{plural(counts['error'], 'episode')} ended in an infrastructure error "
                             "(excluded from the rate)")
         if planned is None:
             notes.append("planned episode count unknown (no run_status.json)")
@@ -160,6 +160,10 @@ def summarise_run(name: str, records: list[dict[str, Any]], status: dict[str, An
     progress = progress_summary(records)
     if progress is not None:
         summary["progress"] = progress
+    at_reset = sum(1 for r in records if r.get("success_at_reset") is True)
+    if at_reset:
+        summary["success_at_reset"] = at_reset
+        notes.append(AT_RESET_NOTE.format(episodes=plural(at_reset, "episode")))
     first_success = first_success_summary(records)
     if first_success is not None:
         summary["first_success_step"] = first_success
@@ -179,6 +183,9 @@ def summarise_run(name: str, records: list[dict[str, Any]], status: dict[str, An
     return summary
 
 
+AT_RESET_NOTE = ("{episodes} already met the task's success after the first step (success at reset): left out of "
+                 "the success rate as errors (success_at_reset); check the task's initial states or its success "
+                 "criterion")
 CLIPPED_MOSTLY = 0.5  # a Run whose actions lay outside the env's bounds on more steps than this is flagged
 CLIPPED_NOTE = ("actions outside the environment's bounds on {fraction:.0%} of steps (clipped by the env): the "
                 "likely fault is the action convention: a scale (raw units against a normalised range, or x10), "
@@ -216,7 +223,7 @@ def first_success_summary(records: list[dict[str, Any]]) -> dict[str, Any] | Non
             "median": median, "q1": q1, "q3": q3, "min": steps[0], "max": steps[-1]}
 
 
-def _plural(n: int, word: str) -> str:
+def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 

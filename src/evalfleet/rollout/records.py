@@ -55,6 +55,8 @@ class EpisodeRecord:
     # The first step after which the env reported success (None: it never did); with `success.hold_steps` the
     # episode succeeds only once that success has held, so its length may be larger.
     first_success_step: int | None = None
+    # True where the task's success already held after the first step (an `error` record, code success_at_reset).
+    success_at_reset: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         # Shallow (not dataclasses.asdict, which deep-copies): the dict is serialised at once.

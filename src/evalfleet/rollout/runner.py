@@ -45,7 +45,12 @@ from evalfleet.rollout.timings import PhaseTimings, worker_name
 from evalfleet.rollout.trajectory import EpisodeTrajectory, wanted
 from evalfleet.rollout.video import EpisodeVideo, should_record
 from evalfleet.sim.base import with_defaults
-from evalfleet.sim.protocol import EPISODE_TIMEOUT, POLICY_ERROR, RECORDING_ERROR, SPEC_MISMATCH
+from evalfleet.sim.protocol import (EPISODE_TIMEOUT, POLICY_ERROR, RECORDING_ERROR, SPEC_MISMATCH,
+                                   SUCCESS_AT_RESET)
+
+# An episode whose success holds after its first step: the task was met at reset (or by any first action), so its
+# outcome says nothing about the policy; an error record (left out of the rate), its code SUCCESS_AT_RESET.
+AT_RESET = "the task's success held at reset or after the first step: no outcome of the policy"
 
 
 class ShardRunner:
@@ -237,7 +242,10 @@ class ShardRunner:
         slot.observation = result.observation
         slot.progress = result.info.get("progress", slot.progress)
         timeout = self.run.episode_timeout_s
-        if ends:
+        if result.success and slot.steps == 1:  # the start already met the task: no policy outcome (#55)
+            self._finish(slot, progress, error=AT_RESET, code=SUCCESS_AT_RESET.code)
+            self._start(slot, progress)
+        elif ends:
             self._finish(slot, progress, success=succeeded)
             self._start(slot, progress)
         elif now - slot.started > timeout:
@@ -359,6 +367,7 @@ class ShardRunner:
             clipped_actions=None if slot.bounds is None else slot.clipped,
             trajectory=kept,
             first_success_step=slot.first_success,
+            success_at_reset=True if code == SUCCESS_AT_RESET.code else None,
             failure_code=None if status == "success" else (code or POLICY_ERROR.code),
             protocol=self._identity,
         )

@@ -45,12 +45,15 @@ RECORDING_ERROR = FailureCode("recording_error", "the episode's video could not 
 SERVER_LOST = FailureCode("server_lost", "the policy server stopped answering (connection lost)", "infrastructure")
 RUNNER_CRASH = FailureCode("runner_crash", "the runner process died while the episode was in flight",
                            "infrastructure")
+SUCCESS_AT_RESET = FailureCode("success_at_reset", "the task's success held at reset or after the first step: the "
+                               "episode says nothing about the policy (left out of the rate)", "fault")
 STALL = FailureCode("stall", "the runner stopped making progress and was restarted by the watchdog",
                     "infrastructure")
 
 # Codes any Run can produce, whatever its benchmark (STEP_LIMIT included: the fallback task code).
 COMMON_CODES: tuple[FailureCode, ...] = (STEP_LIMIT, POLICY_ERROR, SPEC_MISMATCH, PHYSICS_ERROR, ENV_ERROR,
-                                         EPISODE_TIMEOUT, RECORDING_ERROR, SERVER_LOST, RUNNER_CRASH, STALL)
+                                         EPISODE_TIMEOUT, RECORDING_ERROR, SERVER_LOST, RUNNER_CRASH, STALL,
+                                         SUCCESS_AT_RESET)
 
 
 class PhysicsError(RuntimeError):
