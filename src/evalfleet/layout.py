@@ -10,7 +10,8 @@ OUT/
   experiment_manifest.json   MANIFEST_FILE: each Run's task/policy labels and where they came from
   timings.json               TIMINGS_FILE: per Run and phase, merged from the shards' files by collect
   dataset/                   DATASET_DIR: the recorded trajectories as a LeRobotDataset v3.0 (or one per Run folder)
-  report_episodes/           REPORT_DATA_DIR: index.html's episode tables, <NNNN>.js per Run, loaded on demand
+  report_episodes/           REPORT_DATA_DIR: index.html's episode tables, <NNNN>.js per Run, loaded on demand;
+                             trajectories/<NNNN>-<EEEEEE>.js: a recorded episode's plot data (report_trajectories)
   .evalfleet/                INTERNAL_DIR: worker logs, heartbeats and status files, claims, the wired Experiment,
                              the folder's lock (LOCK_FILE) and the run's space reserve (SPACE_RESERVE_FILE)
   <run>/                     run_dir(out, run): a Run folder

@@ -34,6 +34,7 @@ from evalfleet.outputs.failures import ProtocolCheck, read_protocol
 from evalfleet.outputs.output_lock import writing
 from evalfleet.outputs.report import render_report
 from evalfleet.outputs.report_episodes import episode_script, script_path
+from evalfleet.outputs.report_trajectories import TrajectoryPlots
 from evalfleet.outputs.run_digest import OutcomeRecords, RunDigest, digest_run
 from evalfleet.outputs.run_facts import Stopwatch, collect_facts
 from evalfleet.outputs.run_sources import (MAX_DEPTH, RunSource, files_to_read, find_sources, in_experiment_order,
@@ -111,11 +112,12 @@ def stream_runs(names: list[str], found: dict[str, list[RunSource]], staging: St
                 merged: bool = True, tables: bool = False) -> list[RunDigest]:
     """Read the Runs one at a time, in `names`' order (`found`: their sources; a name without any is a Run that
     never started), stage each one's merged episode_results.jsonl (`merged`) and its episode table for the report
-    (`tables`: `report_episodes.episode_script`), and keep only its digest (`run_digest`): memory grows with the
-    largest Run, not with the Experiment. `plan`: each Run's planned episodes from experiment.yaml, for Run
-    folders without run_status.json. Where the records are local, several MB and this process may fork, the
-    second half of the Runs (by bytes) is read at the same time in a forked child (`forking.in_child`): the same
-    files, digests, log lines and errors; a child that fails leaves its Runs to be read here, in order."""
+    (`tables`: `report_episodes.episode_script`, and its recorded episodes' plot data: `report_trajectories`), and
+    keep only its digest (`run_digest`): memory grows with the largest Run, not with the Experiment. `plan`: each
+    Run's planned episodes from experiment.yaml, for Run folders without run_status.json. Where the records are
+    local, several MB and this process may fork, the second half of the Runs (by bytes) is read at the same time in
+    a forked child (`forking.in_child`): the same files, digests, log lines and errors; a child that fails leaves
+    its Runs to be read here, in order."""
     files = sum(len(files_to_read(src, merged_only)) for name in names for src in found.get(name, []))
     if is_long(files=files):
         log.info("reading %d record files of %d Runs", files, len(names))
@@ -130,7 +132,11 @@ def stream_runs(names: list[str], found: dict[str, list[RunSource]], staging: St
                 for line in run.lines:
                     f.write(line.encode("utf-8") + b"\n")
         if tables and run.records:
-            staging.write_bytes(script_path(index), episode_script(index, name, run.records))
+            # The plots' data are read here, from the sources, while this Run's records are held (the trajectories
+            # are copied into the output only after every Run has been read).
+            folders = [(src.location, src.rel) for src in run.sources if src.has_trajectories]
+            plots = TrajectoryPlots(index, name, folders, staging.write_bytes).write_all(run.records)
+            staging.write_bytes(script_path(index), episode_script(index, name, run.records, plots))
         return digest_run(run, staging.dest)  # the next Run's records replace this one's
 
     split = _second_half(names, found, staging, merged_only)
@@ -333,7 +339,9 @@ def write_collected_report(collected: Collected, title: str | None = None) -> st
     if not collected.tables:
         for index, run in enumerate(collected.runs):
             if run.episodes:
-                dest.write_bytes(script_path(index), episode_script(index, run.name, run.records))
+                records = run.records
+                plots = TrajectoryPlots(index, run.name, [(dest, run.name)], dest.write_bytes).write_all(records)
+                dest.write_bytes(script_path(index), episode_script(index, run.name, records, plots))
         collected.tables = True
     images = (".png", ".svg", ".jpg", ".jpeg")
     plots = sorted(rel for rel in dest.walk_files(PLOTS_DIR) if rel.lower().endswith(images)) \

@@ -10,8 +10,9 @@ written by `episode_script` while collect holds that Run's records and no other'
 a script, not JSON, because Chromium refuses fetch() of a file:// URL but runs a `<script src>` beside the page,
 so the report works opened from disk and from a bucket alike. The table's layout (one Run): ep (episode index
 deltas, a contiguous Run is a list of 1s), st (one character per row: s/f/e), len, dur, vars (columns, values to
-3 significant digits), video and err (sparse [row, value] pairs), att (sparse [row, attempt] where attempt != 1).
-Seeds and exact values stay in the Run's episode_results.jsonl.
+3 significant digits), video and err (sparse [row, value] pairs), att (sparse [row, attempt] where attempt != 1),
+traj (sparse [row, {frames, videos?, plot?}] for a recorded episode: its Parquet file, its camera videos and its
+plot's data script, `report_trajectories`). Seeds and exact values stay in the Run's episode_results.jsonl.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import math
 from typing import Any
 
 from evalfleet.layout import REPORT_DATA_DIR
+from evalfleet.rollout.run_folder import join
+from evalfleet.rollout.trajectory import camera_relpath, trajectory_relpath
 
 _VECTOR_NAMES = {3: ("x", "y", "z")}
 _COLOR_NAMES = ("r", "g", "b")
@@ -28,11 +31,39 @@ MAX_VECTOR_COMPONENTS = 8
 MAX_ERROR_CHARS = 200
 VALUE_FORMAT = ".3g"  # variation values and durations in the tables: 3 significant digits
 AUTO_LOAD_EPISODES = 20_000  # the page loads every Run's table at once up to this many episodes in all
+PLOT_DIR = f"{REPORT_DATA_DIR}/trajectories"  # a recorded episode's plot data (report_trajectories)
 
 
 def script_path(index: int) -> str:
     """Where the table of the report's `index`-th Run lies, relative to index.html."""
     return f"{REPORT_DATA_DIR}/{index:04d}.js"
+
+
+def plot_path(index: int, episode: int) -> str:
+    """Where the plot data of episode `episode` of the report's `index`-th Run lies, relative to index.html."""
+    return f"{PLOT_DIR}/{index:04d}-{episode:06d}.js"
+
+
+def episode_of(rec: dict[str, Any]) -> int | None:
+    e = rec.get("episode")
+    return e if isinstance(e, int) and not isinstance(e, bool) and e >= 0 else None
+
+
+def trajectory_link(name: str, rec: dict[str, Any]) -> dict[str, Any] | None:
+    """What the table links for a recorded episode: its Parquet file and camera videos, relative to index.html;
+    None where the record names none, or names files other than the runner's names for this episode (a record
+    is not trusted to point anywhere else)."""
+    found, episode = rec.get("trajectory"), episode_of(rec)
+    if not isinstance(found, dict) or episode is None or found.get("frames") != trajectory_relpath(episode):
+        return None
+    link: dict[str, Any] = {"frames": join(name, found["frames"])}
+    videos = found.get("videos")
+    if isinstance(videos, dict):
+        cams = {c: join(name, p) for c, p in videos.items()
+                if isinstance(c, str) and "/" not in c and not c.startswith(".") and p == camera_relpath(c, episode)}
+        if cams:
+            link["videos"] = cams
+    return link
 
 
 def script_safe(text: str) -> str:
@@ -48,10 +79,12 @@ def episode_manifest(runs: list[tuple[str, int]]) -> str:
                        "total": total, "auto": total <= AUTO_LOAD_EPISODES}, separators=(",", ":"))
 
 
-def episode_script(index: int, name: str, records: list[dict[str, Any]]) -> bytes:
-    """The script holding one Run's table (`records`: the ones that count, by episode)."""
+def episode_script(index: int, name: str, records: list[dict[str, Any]],
+                   plots: dict[int, str] | None = None) -> bytes:
+    """The script holding one Run's table (`records`: the ones that count, by episode; `plots`: episode -> its
+    plot's data script, `report_trajectories.TrajectoryPlots`)."""
     return (f"(window.__evalfleet_episodes=window.__evalfleet_episodes||{{}})[{index}]="
-            f"{script_safe(run_episode_json(name, records))};\n").encode("utf-8")
+            f"{script_safe(run_episode_json(name, records, plots))};\n").encode("utf-8")
 
 
 def _num(v: Any, spec: str = ".4g") -> str:
@@ -162,10 +195,11 @@ def _column(key: str, kind: str, data: list[str], cats: list[str] | None = None)
     return "{" + head + '"data":[' + ",".join(data) + "]}"
 
 
-def run_episode_json(name: str, records: list[dict[str, Any]]) -> str:
+def run_episode_json(name: str, records: list[dict[str, Any]], plots: dict[int, str] | None = None) -> str:
     """One Run's table as compact columnar JSON (rows by episode)."""
     ep, st, ln, dur = [], [], [], []
-    video, err, att = [], [], []
+    video, err, att, traj = [], [], [], []
+    plots = plots or {}
     code = {"success": "s", "failure": "f"}
     prev = -1
     for row, rec in enumerate(records):
@@ -178,6 +212,11 @@ def run_episode_json(name: str, records: list[dict[str, Any]]) -> str:
         v = rec.get("video")
         if isinstance(v, dict) and v:
             video.append([row, {str(cam): f"{name}/{path}" for cam, path in v.items()}])
+        if "trajectory" in rec:
+            link = trajectory_link(name, rec)
+            if link is not None:
+                plot = plots.get(e)
+                traj.append([row, {**link, "plot": plot} if plot else link])
         if rec.get("error"):
             err.append([row, str(rec["error"])[:MAX_ERROR_CHARS]])
         a = rec.get("attempt")
@@ -189,6 +228,6 @@ def run_episode_json(name: str, records: list[dict[str, Any]]) -> str:
         f'"run":{json.dumps(name)},"count":{len(records)},"ep":[{",".join(ep)}],'
         f'"st":"{"".join(st)}","len":[{",".join(_nums(ln))}],"dur":[{",".join(_nums(dur, VALUE_FORMAT))}],'
         f'"vars":[{",".join(_variation_columns(records))}],"video":{json.dumps(video, **compact)},'
-        f'"err":{json.dumps(err, **compact)},"att":{json.dumps(att, **compact)}'
+        f'"err":{json.dumps(err, **compact)},"att":{json.dumps(att, **compact)},"traj":{json.dumps(traj, **compact)}'
         "}"
     )
