@@ -1,16 +1,20 @@
-/* evalfleet report: the per-episode table (filters, sorting, pages, inline videos).
+/* evalfleet report: the per-episode table (filters, sorting, pages, inline videos, recorded episodes' plots).
    Data: #episode-data is the manifest of the Runs' tables (evalfleet.outputs.report_episodes.episode_manifest);
    each Run's table is a script beside the page (report_episodes/NNNN.js, run_episode_json's columns), added
    when the user opens that Run (every Run at once for a small Experiment): a <script src>, which works from
-   disk (file://, where fetch() is refused) and from a bucket alike. No network beyond the page's own folder. */
+   disk (file://, where fetch() is refused) and from a bucket alike. A recorded episode's plot data is one more
+   such script (report_episodes/trajectories/NNNN-EEEEEE.js, report_trajectories.plot_json), added when the user
+   asks for its plot, drawn as inline SVG. No network beyond the page's own folder. */
 (function () {
   "use strict";
   var PAGE_SIZE = 100;
   var STATUS_NAMES = { s: "success", f: "failure", e: "error" };
   var M = JSON.parse(document.getElementById("episode-data").textContent);
   var store = window.__evalfleet_episodes = window.__evalfleet_episodes || {};
+  var plotStore = window.__evalfleet_trajectories = window.__evalfleet_trajectories || {};
   var loaded = {}, loading = {};  // Run index -> its table / the callbacks waiting for it
-  var D, n, runIdx, ep, lenCol, durCol, videos, errors, attempts, vars, varByKey, columns;
+  var plotState = {};  // a plot script's path -> "loading" | "loaded" | "failed"
+  var D, n, runIdx, ep, lenCol, durCol, videos, errors, attempts, trajs, vars, varByKey, columns;
 
   function loadRun(r, done) {
     if (loaded[r] || !M.files[r]) { done(); return; }
@@ -38,7 +42,8 @@
 
   // The loaded Runs' tables as one: rows by Run (the report's order), then episode; row numbers global.
   function combine() {
-    var out = { runs: M.runs, counts: [], ep: [], st: "", len: [], dur: [], vars: [], video: [], err: [], att: [] };
+    var out = { runs: M.runs, counts: [], ep: [], st: "", len: [], dur: [], vars: [], video: [], err: [], att: [],
+                traj: [] };
     var byKey = {}, row = 0, parts = [];
     M.runs.forEach(function (name, r) {
       var t = loaded[r];
@@ -51,6 +56,7 @@
       t.video.forEach(function (p) { out.video.push([p[0] + row, p[1]]); });
       t.err.forEach(function (p) { out.err.push([p[0] + row, p[1]]); });
       t.att.forEach(function (p) { out.att.push([p[0] + row, p[1]]); });
+      (t.traj || []).forEach(function (p) { out.traj.push([p[0] + row, p[1]]); });
       t.vars.forEach(function (v) {
         var c = byKey[v.key];
         if (!c) { c = byKey[v.key] = { key: v.key, kind: v.kind, cats: [], catIndex: {}, parts: [] }; }
@@ -100,8 +106,9 @@
     return out;
   }
   lenCol = numCol(D.len); durCol = numCol(D.dur);
-  videos = new Map(); errors = new Map(); attempts = new Map();
+  videos = new Map(); errors = new Map(); attempts = new Map(); trajs = new Map();
   D.video.forEach(function (p) { videos.set(p[0], p[1]); });
+  D.traj.forEach(function (p) { trajs.set(p[0], p[1]); });
   D.err.forEach(function (p) { errors.set(p[0], p[1]); });
   D.att.forEach(function (p) { attempts.set(p[0], p[1]); });
   // A column's values all get the decimals of its most precise value (as written, 3 significant digits),
@@ -148,6 +155,8 @@
   columns.push({ name: "Attempt", key: "attempt", value: function (i) { return attempts.get(i) || 1; },
                  text: function (i) { return String(attempts.get(i) || 1); }, num: true });
   columns.push({ name: "Video", key: "video", value: function (i) { return videos.has(i) ? 1 : 0; }, html: videoCell });
+  columns.push({ name: "Trajectory", key: "trajectory", value: function (i) { return trajs.has(i) ? 1 : 0; },
+                 html: trajectoryCell });
   columns.push({ name: "Error", key: "error", value: function (i) { return errors.get(i) || ""; }, text: function (i) { return errors.get(i) || ""; }, cls: "err" });
   varByKey = {};
   vars.forEach(function (v) { varByKey[v.key] = v; });
@@ -168,12 +177,28 @@
     }).join(" ") + ' <button type="button" class="play" data-row="' + i + '">▶ play</button>';
   }
   function encodePath(p) { return p.split("/").map(encodeURIComponent).join("/"); }
+  function trajVideos(i) { var t = trajs.get(i); return t && t.videos ? t.videos : null; }
+  function trajectoryCell(i) {  // the Parquet file, its camera videos, and its plot where it has one
+    var t = trajs.get(i);
+    if (!t) return "";
+    var parts = ['<a class="frames" href="' + esc(encodePath(t.frames)) + '" download>frames</a>'];
+    var v = trajVideos(i);
+    if (v) {
+      Object.keys(v).forEach(function (cam) {
+        parts.push('<a class="camera" href="' + esc(encodePath(v[cam])) + '" target="_blank" rel="noopener">' +
+                   esc(cam) + "</a>");
+      });
+      parts.push('<button type="button" class="play-traj" data-row="' + i + '">▶ play</button>');
+    }
+    if (t.plot) parts.push('<button type="button" class="plot" data-row="' + i + '">plot</button>');
+    return parts.join(" ");
+  }
 
   // ---- state ------------------------------------------------------------------------------------------
-  var state = { run: "", statuses: { s: true, f: true, e: true }, video: false, ranges: {}, cats: {},
+  var state = { run: "", statuses: { s: true, f: true, e: true }, video: false, traj: false, ranges: {}, cats: {},
                 sortCol: -1, sortKey: null, sortDir: 1, page: 0 };
   var visible = new Uint32Array(0), visibleCount = 0;
-  var openPlayers = new Set();
+  var openPlayers = new Set(), openTrajPlayers = new Set(), openPlots = new Set();
 
   // ---- filter controls ---------------------------------------------------------------------------------
   var runSelect = document.getElementById("f-run");
@@ -227,9 +252,11 @@
     cb.addEventListener("change", function () { state.statuses[cb.value] = cb.checked; refilter(); });
   });
   document.getElementById("f-video").addEventListener("change", function (e) { state.video = e.target.checked; refilter(); });
+  document.getElementById("f-traj").addEventListener("change", function (e) { state.traj = e.target.checked; refilter(); });
   document.getElementById("f-reset").addEventListener("click", function () {
     document.getElementById("filters").reset();
-    state.run = ""; state.statuses = { s: true, f: true, e: true }; state.video = false; state.ranges = {}; state.cats = {};
+    state.run = ""; state.statuses = { s: true, f: true, e: true }; state.video = false; state.traj = false;
+    state.ranges = {}; state.cats = {};
     refilter();
   });
 
@@ -238,12 +265,13 @@
     var runF = state.run === "" ? -1 : Number(state.run);
     var ranges = Object.keys(state.ranges).map(function (k) { return [varByKey[k].col, state.ranges[k].min, state.ranges[k].max]; });
     var cats = Object.keys(state.cats).map(function (k) { return [varByKey[k].col, state.cats[k]]; });
-    var sts = state.statuses, wantVideo = state.video;
+    var sts = state.statuses, wantVideo = state.video, wantTraj = state.traj;
     var out = new Uint32Array(n), m = 0;
     outer: for (var i = 0; i < n; i++) {
       if (runF >= 0 && runIdx[i] !== runF) continue;
       if (!sts[D.st[i]]) continue;
-      if (wantVideo && !videos.has(i)) continue;
+      if (wantVideo && !videos.has(i) && !trajVideos(i)) continue;
+      if (wantTraj && !trajs.has(i)) continue;
       for (var a = 0; a < ranges.length; a++) {
         var x = ranges[a][0][i];
         if (isNaN(x) || x < ranges[a][1] || x > ranges[a][2]) continue outer;
@@ -296,10 +324,13 @@
   document.getElementById("next").addEventListener("click", function () {
     if ((state.page + 1) * PAGE_SIZE < visibleCount) { state.page++; render(); } });
   tbody.addEventListener("click", function (e) {
-    var btn = e.target.closest("button.play");
+    var btn = e.target.closest("button.play, button.play-traj, button.plot");
     if (!btn) return;
     var i = Number(btn.getAttribute("data-row"));
-    if (openPlayers.has(i)) openPlayers.delete(i); else openPlayers.add(i);
+    var open = btn.classList.contains("play") ? openPlayers : btn.classList.contains("play-traj") ? openTrajPlayers
+      : openPlots;
+    if (open.has(i)) open.delete(i); else open.add(i);
+    if (open === openPlots && open.has(i)) loadPlot(trajs.get(i).plot);
     render();
   });
 
@@ -316,14 +347,17 @@
         html.push("<td" + cls + ">" + (col.html ? col.html(i) : esc(col.text(i))) + "</td>");
       }
       html.push("</tr>");
-      if (openPlayers.has(i) && videos.has(i)) {
-        var v = videos.get(i);
-        html.push('<tr class="player"><td colspan="' + columns.length + '">' + Object.keys(v).map(function (cam) {
-          return '<video controls preload="metadata" src="' + esc(encodePath(v[cam])) + '" title="' + esc(cam) + '"></video>';
-        }).join("") + "</td></tr>");
+      if (openPlayers.has(i) && videos.has(i)) html.push(playerRow(videos.get(i), "player"));
+      if (openTrajPlayers.has(i) && trajVideos(i)) html.push(playerRow(trajVideos(i), "player traj-player"));
+      if (openPlots.has(i) && trajs.has(i) && trajs.get(i).plot) {
+        html.push('<tr class="plot-row"><td colspan="' + columns.length + '"><div class="trajectory-plot" data-row="' +
+                  i + '"></div></td></tr>');
       }
     }
     tbody.innerHTML = html.join("");
+    Array.prototype.forEach.call(tbody.querySelectorAll("div.trajectory-plot"), function (box) {
+      fillPlot(box, trajs.get(Number(box.getAttribute("data-row"))).plot);
+    });
     var total = M.total, shown = n;
     document.getElementById("count").textContent = visibleCount + " of " + shown + " episodes" +
       (shown < total ? " loaded (" + total + " in all: choose a Run to load its episodes)" : "");
@@ -334,6 +368,163 @@
       performance.mark("evalfleet-ready");  // the summary and first table drawn: bench/collect.py --paint reads it
     }
     document.body.setAttribute("data-ready", "1");
+  }
+
+  function playerRow(v, cls) {
+    return '<tr class="' + cls + '"><td colspan="' + columns.length + '">' + Object.keys(v).map(function (cam) {
+      return '<video controls preload="metadata" src="' + esc(encodePath(v[cam])) + '" title="' + esc(cam) + '"></video>';
+    }).join("") + "</td></tr>";
+  }
+
+  // ---- a recorded episode's plot -------------------------------------------------------------------------
+  function loadPlot(path) {
+    if (plotState[path] === "loading" || plotState[path] === "loaded") return;
+    plotState[path] = "loading";
+    var s = document.createElement("script");
+    s.src = encodePath(path);
+    s.onload = s.onerror = function () {
+      var d = plotStore[path];
+      plotState[path] = d && typeof d === "object" && Array.isArray(d.x) ? "loaded" : "failed";
+      Array.prototype.forEach.call(tbody.querySelectorAll("div.trajectory-plot"), function (box) {
+        var i = Number(box.getAttribute("data-row"));
+        if (trajs.get(i).plot === path) fillPlot(box, path);
+      });
+    };
+    document.head.appendChild(s);
+  }
+  function fillPlot(box, path) {
+    box.textContent = "";
+    if (plotState[path] === "loaded") { drawPlot(box, plotStore[path]); return; }
+    var p = document.createElement("p");
+    p.className = "note";
+    p.textContent = plotState[path] === "failed" ? "could not load the plot data (" + path +
+      "); run evalfleet report again" : "loading the plot…";
+    box.appendChild(p);
+  }
+
+  var SVG = "http://www.w3.org/2000/svg";
+  var PALETTE = ["#2f6fde", "#e8710a", "#8e44ad", "#16a085", "#c0392b", "#b7950b", "#d63384", "#5d6d7e"];
+  function svgEl(name, attrs, parent) {
+    var el = document.createElementNS(SVG, name);
+    Object.keys(attrs).forEach(function (k) { el.setAttribute(k, String(attrs[k])); });
+    if (parent) parent.appendChild(el);
+    return el;
+  }
+  function svgText(parent, x, y, text, attrs) {
+    var t = svgEl("text", Object.assign({ x: x, y: y }, attrs || {}), parent);
+    t.textContent = text;  // text, never markup
+    return t;
+  }
+  function niceTicks(lo, hi, count, minStep) {
+    var span = hi - lo || 1, step = Math.pow(10, Math.floor(Math.log10(span / count)));
+    [1, 2, 5, 10].some(function (m) { if (span / (step * m) <= count) { step *= m; return true; } return false; });
+    step = Math.max(step, minStep || 0);
+    var out = [];
+    for (var v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(Math.round(v / step) * step);
+    return out;
+  }
+  function fmtTick(v) { return Math.abs(v) >= 1000 || Number.isInteger(v) ? String(v) : v.toPrecision(2).replace(/\.?0+$/, ""); }
+
+  // Lines for the action dimensions and the progress score, shading where success held, a mark where done held,
+  // and a marker at the last step saying whether the episode ended in success.
+  function drawPlot(box, d) {
+    var x = d.x, count = x.length, series = [];
+    (Array.isArray(d.actions) ? d.actions : []).forEach(function (ys, k) {
+      series.push({ name: (d.action === "applied_action" ? "applied action " : "action ") + k, kind: "action",
+                    ys: ys, color: PALETTE[k % PALETTE.length], width: 1.4 });
+    });
+    if (Array.isArray(d.progress)) series.push({ name: "progress", kind: "progress", ys: d.progress, color: "#111",
+                                                  width: 2.4 });
+    var caption = document.createElement("div");
+    caption.className = "plot-caption";
+    caption.textContent = d.run + " · episode " + d.episode + (d.policy != null ? " · policy " + d.policy : "") +
+      (d.task != null ? " · task " + d.task : "") + " · " + d.status + " · " + d.steps + " steps" +
+      (count < d.steps ? " (" + count + " sampled steps shown; the frames file holds every one)" : "") +
+      (d.dims > (d.actions || []).length ? " · first " + d.actions.length + " of " + d.dims + " action dimensions" : "");
+    box.appendChild(caption);
+
+    var W = 760, H = 300, L = 52, R = 16, T = 12, legendRows = Math.ceil((series.length + 2) / 6), B = 50 + 18 * legendRows;
+    var lo = Infinity, hi = -Infinity;
+    series.forEach(function (s) { s.ys.forEach(function (y) { if (y !== null && isFinite(y)) { lo = Math.min(lo, y); hi = Math.max(hi, y); } }); });
+    if (d.progress) { lo = Math.min(lo, 0); hi = Math.max(hi, 1); }
+    if (!isFinite(lo)) { lo = 0; hi = 1; }
+    if (hi - lo < 1e-9) { lo -= 0.5; hi += 0.5; }
+    var pad = (hi - lo) * 0.05; lo -= pad; hi += pad;
+    var xmax = Math.max(d.steps - 1, 1);
+    function sx(v) { return L + (W - L - R) * v / xmax; }
+    function sy(v) { return T + (H - T - B) * (hi - v) / (hi - lo); }
+    var svg = svgEl("svg", { class: "trajectory", width: W, height: H, viewBox: "0 0 " + W + " " + H, role: "img",
+                             "data-steps": d.steps, "data-points": count });
+    svgEl("title", {}, svg).textContent = caption.textContent;
+    var bottom = H - B;
+
+    // success: shaded from the previous point to each point where it held since then
+    var spans = svgEl("g", { class: "success-spans" }, svg);
+    if (typeof d.success === "string") {
+      for (var k = 0; k < count; k++) {
+        if (d.success[k] !== "1") continue;
+        var x0 = k > 0 ? sx(x[k - 1]) : sx(x[k]) - 1.5, x1 = Math.max(sx(x[k]), x0 + 3);
+        svgEl("rect", { class: "success-span", x: x0, y: T, width: x1 - x0, height: bottom - T, "data-step": x[k] }, spans);
+      }
+    }
+    if (typeof d.done === "string") {
+      var dones = svgEl("g", { class: "done-marks" }, svg);
+      for (var j = 0; j < count; j++) {
+        if (d.done[j] === "1") svgEl("line", { class: "done-mark", x1: sx(x[j]), x2: sx(x[j]), y1: T, y2: bottom, "data-step": x[j] }, dones);
+      }
+    }
+
+    // axes: step numbers below, values on the left
+    var axes = svgEl("g", { class: "axes" }, svg);
+    svgEl("line", { x1: L, x2: W - R, y1: bottom, y2: bottom }, axes);
+    svgEl("line", { x1: L, x2: L, y1: T, y2: bottom }, axes);
+    niceTicks(0, xmax, 8, 1).forEach(function (v) {
+      svgEl("line", { x1: sx(v), x2: sx(v), y1: bottom, y2: bottom + 4 }, axes);
+      svgText(axes, sx(v), bottom + 16, String(v), { "text-anchor": "middle", class: "tick x-tick" });
+    });
+    niceTicks(lo, hi, 6).forEach(function (v) {
+      svgEl("line", { class: "grid", x1: L, x2: W - R, y1: sy(v), y2: sy(v) }, axes);
+      svgText(axes, L - 6, sy(v) + 4, fmtTick(v), { "text-anchor": "end", class: "tick y-tick" });
+    });
+    svgText(axes, W - R, bottom + 30, "step", { "text-anchor": "end", class: "axis-label" });
+
+    // one line per series, broken where a value is missing
+    series.forEach(function (s) {
+      var g = svgEl("g", { class: "series", "data-name": s.name, "data-kind": s.kind }, svg), pts = [], drawn = 0;
+      function flush() {
+        if (pts.length) svgEl("polyline", { points: pts.join(" "), fill: "none", stroke: s.color, "stroke-width": s.width }, g);
+        pts = [];
+      }
+      for (var k = 0; k < count; k++) {
+        var y = s.ys[k];
+        if (y === null || y === undefined || !isFinite(y)) { flush(); continue; }
+        pts.push(sx(x[k]).toFixed(1) + "," + sy(y).toFixed(1));
+        drawn++;
+      }
+      flush();
+      g.setAttribute("data-points", String(drawn));
+    });
+
+    // the last step: did the episode end in success?
+    if (typeof d.final_success === "boolean") {
+      var fx = sx(x[count - 1]), fy = T + 8;
+      svgEl("circle", { class: "final-success " + (d.final_success ? "yes" : "no"), cx: fx, cy: fy, r: 6,
+                        "data-success": d.final_success ? "1" : "0", "data-step": x[count - 1] }, svg);
+      svgText(svg, fx - 10, fy + 4, d.final_success ? "success" : "no success", { "text-anchor": "end", class: "final-label" });
+    }
+
+    // legend
+    var legend = svgEl("g", { class: "legend" }, svg), items = series.map(function (s) { return [s.name, s.color, "line"]; });
+    if (typeof d.success === "string") items.push(["success held", "", "span"]);
+    if (typeof d.done === "string") items.push(["done", "", "done"]);
+    items.forEach(function (it, k) {
+      var lx = L + (k % 6) * 115, ly = H - 18 * legendRows + 18 * Math.floor(k / 6) - 4;
+      if (it[2] === "line") svgEl("line", { x1: lx, x2: lx + 18, y1: ly - 4, y2: ly - 4, stroke: it[1], "stroke-width": 2.5 }, legend);
+      else if (it[2] === "span") svgEl("rect", { class: "success-span", x: lx, y: ly - 10, width: 18, height: 12 }, legend);
+      else svgEl("line", { class: "done-mark", x1: lx + 9, x2: lx + 9, y1: ly - 11, y2: ly + 2 }, legend);
+      svgText(legend, lx + 23, ly, it[0], { class: "legend-label" });
+    });
+    box.appendChild(svg);
   }
 
   openRun("");
