@@ -80,3 +80,38 @@ def results_by_episode(out: Path) -> dict[tuple[str, int], tuple[Any, ...]]:
             found[(r["run"], r["episode"])] = (r["seed"], r["status"], r["success"], r["episode_length"],
                                               json.dumps(r["variations"], sort_keys=True))
     return found
+
+
+STARTS_AT_GOAL = "evalfleet-test/StartsAtGoal-v0"  # a Gymnasium id: registered by starts_at_goal()
+
+
+def starts_at_goal():
+    """A new StartsAtGoal env (a Gymnasium task whose start is past its goal for about one seed in four: success at
+    reset, #55), its id STARTS_AT_GOAL registered in this process (in-process runs: run_shards)."""
+    import gymnasium
+    import numpy as np
+    from gymnasium import spaces
+
+    class StartsAtGoal(gymnasium.Env):
+        """A point on a line that succeeds at x >= 3 (terminating). Its start is drawn in [0, 4), so about one
+        start in four is already past the goal and the first step reports success whatever the action (a step
+        moves at most 0.1 back)."""
+
+        def __init__(self):
+            self.action_space = spaces.Box(-0.1, 0.1, shape=(1,), dtype=np.float32)
+            self.observation_space = spaces.Box(-np.inf, np.inf, shape=(1,), dtype=np.float64)
+            self.x = 0.0
+
+        def reset(self, seed=None, options=None):
+            super().reset(seed=seed)
+            self.x = float(self.np_random.uniform(0, 4))
+            return np.array([self.x]), {}
+
+        def step(self, action):
+            self.x += float(np.clip(np.asarray(action).reshape(-1)[0], -0.1, 0.1))
+            reached = self.x >= 3.0
+            return np.array([self.x]), float(reached), reached, False, {"reached": reached}
+
+    if STARTS_AT_GOAL not in gymnasium.registry:
+        gymnasium.register(STARTS_AT_GOAL, entry_point=StartsAtGoal, max_episode_steps=40)
+    return StartsAtGoal()

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 
-import gymnasium
-import numpy as np
 import yaml
-from gymnasium import spaces
+from evalfleet_testkit import STARTS_AT_GOAL, starts_at_goal
 
 from evalfleet.experiment.loading import load_experiment
 from evalfleet.experiment.plan import make_plan
@@ -18,35 +16,11 @@ from evalfleet.rollout.records import latest_records
 from evalfleet.rollout.runner import run_shards
 
 
-class StartsAtGoal(gymnasium.Env):
-    """A point on a line that succeeds at x >= 3 (terminating). Its start is drawn in [0, 4): about one start in
-    four is already past the goal, so the first step reports success whatever the action (a step moves at most
-    0.1 back)."""
-
-    def __init__(self):
-        self.action_space = spaces.Box(-0.1, 0.1, shape=(1,), dtype=np.float32)
-        self.observation_space = spaces.Box(-np.inf, np.inf, shape=(1,), dtype=np.float64)
-        self.x = 0.0
-
-    def reset(self, seed=None, options=None):
-        super().reset(seed=seed)
-        self.x = float(self.np_random.uniform(0, 4))
-        return np.array([self.x]), {}
-
-    def step(self, action):
-        self.x += float(np.clip(np.asarray(action).reshape(-1)[0], -0.1, 0.1))
-        reached = self.x >= 3.0
-        return np.array([self.x]), float(reached), reached, False, {"reached": reached}
-
-
-gymnasium.register("evalfleet-test/StartsAtGoal-v0", entry_point=StartsAtGoal, max_episode_steps=40)
-
-
 def test_episodes_that_start_at_success_are_marked_and_left_out_of_the_rate(tmp_path) -> None:
+    starts_at_goal()  # registers its id in this process
     exp = tmp_path / "exp.yaml"
     exp.write_text(yaml.safe_dump({"name": "at_reset", "runs": {"line": {
-        "environment": {"type": "gymnasium", "id": "evalfleet-test/StartsAtGoal-v0", "success": {"terminated": True},
-                        "max_steps": 40},
+        "environment": {"type": "gymnasium", "id": STARTS_AT_GOAL, "success": {"terminated": True}, "max_steps": 40},
         "policy": {"type": "random"}, "rollout_limit": {"num_episodes": 24}, "max_attempts": 2}}}))
     plan = make_plan(load_experiment(exp))
     out = tmp_path / "out"
@@ -54,7 +28,7 @@ def test_episodes_that_start_at_success_are_marked_and_left_out_of_the_rate(tmp_
     records = latest_records(out, "line")
     starts = {}
     for episode, seed in ((e, plan.runs["line"].episode(e).seed) for e in range(24)):
-        env = StartsAtGoal()
+        env = starts_at_goal()
         starts[episode] = env.reset(seed=seed)[0][0]
     surely = {e for e, x in starts.items() if x >= 3.1}  # past the goal by more than one step can undo
     maybe = {e for e, x in starts.items() if x >= 2.9}  # within one step of it

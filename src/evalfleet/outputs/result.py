@@ -119,6 +119,12 @@ class ExperimentResult:
         """{code: {kind, description}} for every code counted (None where no protocol declares the code)."""
         return {c: dict(i) for c, i in (self.raw.get("failure_codes") or {}).items()}
 
+    @property
+    def trust(self) -> list[dict[str, Any]]:
+        """The checks behind the numbers (outputs/trust.py): each {check, title, outcome: passed | flagged | info |
+        not_run, detail, meaning}."""
+        return [dict(c) for c in self.raw.get("trust") or [] if isinstance(c, dict)]
+
     def rates(self) -> dict[str, float | None]:
         return {n: r.success_rate for n, r in self.runs.items()}
 

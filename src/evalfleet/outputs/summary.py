@@ -20,6 +20,7 @@ from typing import Any, Iterable
 from evalfleet import __version__
 from evalfleet.analysis.stats import wilson_interval
 from evalfleet.outputs.failures import add_failures
+from evalfleet.outputs.trust import trust_checks
 from evalfleet.rollout.records import SetAside, record_episode
 
 RESULT_SCHEMA = "evalfleet.experiment_result/1"
@@ -160,6 +161,10 @@ def summarise_run(name: str, records: list[dict[str, Any]], status: dict[str, An
     progress = progress_summary(records)
     if progress is not None:
         summary["progress"] = progress
+    head = sorted((r["episode"], r["seed"]) for r in records if isinstance(r.get("episode"), int)
+                  and isinstance(r.get("seed"), int) and not isinstance(r.get("seed"), bool))[:SEEDS_HEAD]
+    if head:  # a sample of the Run's seeds by episode: whether the policies on a task faced the same (outputs/trust.py)
+        summary["seeds_head"] = [list(pair) for pair in head]
     at_reset = sum(1 for r in records if r.get("success_at_reset") is True)
     if at_reset:
         summary["success_at_reset"] = at_reset
@@ -183,6 +188,7 @@ def summarise_run(name: str, records: list[dict[str, Any]], status: dict[str, An
     return summary
 
 
+SEEDS_HEAD = 8
 AT_RESET_NOTE = ("{episodes} already met the task's success after the first step (success at reset): left out of "
                  "the success rate as errors (success_at_reset); check the task's initial states or its success "
                  "criterion")
@@ -311,6 +317,7 @@ def build_result(runs: list[dict[str, Any]], prov: dict[str, Any], *,
         "skipped_files": list(skipped or []),
         **failures,
         **({"ranking": ranking} if (ranking := policy_ranking(runs, records or {})) else {}),
+        "trust": trust_checks(runs),
     }
 
 
