@@ -131,6 +131,13 @@ CATEGORIES: dict[str, list[Case]] = {
         Case("hold-a-fraction", run_doc(success="{hold_steps: 2.5}"), f"{RUN}.success.hold_steps"),
         Case("hold-misspelt", run_doc(success="{hold: 5}"), f"{RUN}.success.hold", also=("hold_steps",)),
     ],
+    "floors (#55)": [
+        Case("unknown-floor", "floors: [nothing]\n" + GOOD, "floors.0", also=("'noop' or 'random'",)),
+        Case("floor-twice", "floors: [noop, noop]\n" + GOOD, "floors", also=("at most once",)),
+        Case("floor-as-text", "floors: noop\n" + GOOD, "floors", also=("list",)),
+        Case("three-floors", "floors: [noop, random, noop]\n" + GOOD, "floors"),
+        Case("floor-as-a-map", "floors: {noop: true}\n" + GOOD, "floors"),
+    ],
     "non-finite numbers": [
         Case("nan-low", noise("{enabled: true, low: .nan, high: 0.1}"), f"{RUN}.variations.robot.action_noise.low",
              also=("finite",)),

@@ -270,6 +270,11 @@ def _build(doc: dict[str, Any], where: str) -> Experiment:
         runs = attach_recorded_latencies(runs, where)  # `timing.latency.recorded: FILE` → its list (timing.py)
         merged = {**top, "runs": runs, "shared": shared}
         exp = Experiment.model_validate(merged)
+        if exp.floors:  # the floor Runs, made from the validated Runs (their task tags), validated with them
+            from evalfleet.experiment.floors import with_floors
+
+            merged = {**merged, "runs": with_floors(runs, exp)}
+            exp = Experiment.model_validate(merged)
         for name, run in exp.runs.items():
             validate_types(run, where, f"runs.{name}")
         resolve_stopping(exp, where)

@@ -13,7 +13,7 @@ from evalfleet.experiment.safe_yaml import MAX_DEPTH, parse_yaml
 
 WHERE = "command line"
 PREFIX_ALIASES = ("experiment_cfg.",)
-EXPERIMENT_ROOTS = ("runs", "shared", "stopping", "seed", "name", "server_sharing", "tracking", "store")
+EXPERIMENT_ROOTS = ("runs", "shared", "stopping", "seed", "name", "server_sharing", "tracking", "store", "floors")
 
 
 def backend_roots() -> list[str]:

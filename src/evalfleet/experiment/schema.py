@@ -422,6 +422,8 @@ class Experiment(Strict):
     shared: dict[str, Any] = Field(default_factory=dict)
     # Sequential stopping for every Run without its own `stopping:` (experiment/stopping.py).
     stopping: Stopping | None = None
+    # Floors (experiment/floors.py): the no-op and/or random policy added on every task as paired arms.
+    floors: list[Literal["noop", "random"]] = Field(default_factory=list, max_length=2)
     # Experiment trackers the results are logged to (experiment/tracking.py, outputs/tracking/).
     tracking: Tracking | None = None
     # A results store (evalfleet/store/) the collected output is added to at the end of run/collect/evaluate:
@@ -436,6 +438,13 @@ class Experiment(Strict):
                 f"bad Experiment name {v[:MAX_NAME + 10]!r}: it names output folders, so use letters, digits, '_', "
                 f"'-' and '.' (starting with a letter, digit or '_'), at most {MAX_NAME} characters"
             )
+        return v
+
+    @field_validator("floors")
+    @classmethod
+    def floors_once(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError("each floor at most once: noop, random")
         return v
 
     @field_validator("store")

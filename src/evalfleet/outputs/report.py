@@ -21,6 +21,7 @@ from evalfleet.outputs.report_episodes import episode_manifest, script_safe
 from evalfleet.outputs.report_failures import failures_section
 from evalfleet.outputs.report_timings import metadata_line, timings_section
 from evalfleet.outputs.summary import AT_RESET_NOTE, CLIPPED_NOTE, plural
+from evalfleet.outputs.floors import floors_section
 from evalfleet.outputs.trust import trust_section
 
 
@@ -235,8 +236,8 @@ def render_report(result: dict[str, Any], runs: list[Any], *, plots: Iterable[st
         "__OVERVIEW__": _e(overview),
         "__SUMMARY__": _summary_table(result) + _skipped_section(result) + _progress_section(result),
         "__MATRIX__": _matrix_table(result),
-        "__DECISIONS__": trust_section(result) + failures_section(result) + decisions_section(result)
-        + ranking_section(result),
+        "__DECISIONS__": trust_section(result) + floors_section(result) + failures_section(result)
+        + decisions_section(result) + ranking_section(result),
         "__PLOTS__": _plots_section(plots) + timings_section(result),
         "__META__": script_safe(json.dumps(meta)),
         "__EPISODES__": script_safe(episode_manifest([(run.name, run.episodes) for run in runs])),

@@ -20,6 +20,7 @@ from typing import Any, Iterable
 from evalfleet import __version__
 from evalfleet.analysis.stats import wilson_interval
 from evalfleet.outputs.failures import add_failures
+from evalfleet.outputs.floors import floors_result
 from evalfleet.outputs.trust import trust_checks
 from evalfleet.rollout.records import SetAside, record_episode
 
@@ -317,7 +318,8 @@ def build_result(runs: list[dict[str, Any]], prov: dict[str, Any], *,
         "skipped_files": list(skipped or []),
         **failures,
         **({"ranking": ranking} if (ranking := policy_ranking(runs, records or {})) else {}),
-        "trust": trust_checks(runs),
+        **({"floors": floors} if (floors := floors_result(runs, records or {})) else {}),
+        "trust": trust_checks(runs, floors),
     }
 
 

@@ -26,15 +26,30 @@ MEANINGS = {
                      "score says more about that than about the policy",
     "success_hold": "when the environment first reported success, and how many of those episodes counted as "
                     "successes (with success.hold_steps a success must hold; a flickering one does not count)",
+    "floors": "the no-op and random policies on the same episodes: a task they often succeed at measures little, "
+              "and a policy not above them has not shown it does anything useful there",
     "paired": "policies on one task faced the same episode seeds (and variation values), so they compare pair by "
               "pair (McNemar, Bradley-Terry) rather than as independent samples",
 }
 
 
-def trust_checks(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The checks, in a fixed order, from the Run summaries."""
+def trust_checks(runs: list[dict[str, Any]], floors: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The checks, in a fixed order, from the Run summaries and the floors' result (outputs/floors.py)."""
     return [_protocol(runs), _complete(runs), _errors(runs), _at_reset(runs), _bounds(runs), _hold(runs),
-            _paired(runs)]
+            _paired(runs), _floors(floors)]
+
+
+def _floors(floors: dict[str, Any] | None) -> dict[str, Any]:
+    from evalfleet.outputs.floors import floors_lines
+
+    if not floors:
+        return _check("floors", "policies above their floors", "not_run", "no floors: add `floors: [noop, random]`")
+    flagged = floors_lines({"floors": floors})
+    if flagged:
+        return _check("floors", "policies above their floors", "flagged", "; ".join(flagged))
+    tasks = len(floors["tasks"])
+    return _check("floors", "policies above their floors", "passed",
+                  f"on {tasks} task{'s' if tasks > 1 else ''}, every policy above every floor, no floor too high")
 
 
 def _check(name: str, title: str, outcome: str, detail: str) -> dict[str, Any]:
