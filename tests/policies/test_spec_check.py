@@ -22,7 +22,8 @@ sys.path.insert(0, str(HERE.parent))
 from evalfleet_testkit import run_evalfleet  # noqa: E402 - sys.path is set up first
 
 ENV = EnvironmentSpec(source="environment pusht", action_dim=2, action_low=(-1.0, -1.0), action_high=(1.0, 1.0),
-                      cameras=("top",), image_sizes={"top": (96, 96)}, state_dim=5, gripper="positive_closes")
+                      cameras=("top",), image_sizes={"top": (96, 96)}, state_dim=5, gripper="positive_closes",
+                      control_hz=10.0)
 
 
 @pytest.mark.parametrize(("declared", "expected"), [
@@ -33,6 +34,8 @@ ENV = EnvironmentSpec(source="environment pusht", action_dim=2, action_low=(-1.0
     ({"image_sizes": {"top": [224, 224]}}, "image size of top: policy 224x224, environment 96x96"),
     ({"state_dim": 8}, "state_dim: policy 8, environment 5"),
     ({"gripper": "positive_opens"}, "gripper: policy positive_opens, environment positive_closes"),
+    ({"control_hz": 50}, "control rate: policy 50 Hz, environment 10 Hz (each action would last another time than "
+                         "it was trained for)"),
 ])
 def test_each_mismatch_names_both_sides(declared, expected):
     spec = PolicySpec.from_mapping(declared, "policy p (registry entry)")
@@ -47,7 +50,8 @@ def test_each_mismatch_names_both_sides(declared, expected):
 def test_matching_and_undeclared_specs_pass():
     full = PolicySpec.from_mapping({"action_dim": 2, "action_low": [-1, -1], "action_high": [1, 1],
                                     "cameras": ["top"], "image_size": [96, 96], "state_dim": 5,
-                                    "keys": ["observation/state", "prompt"], "gripper": "positive_closes"}, "p")
+                                    "keys": ["observation/state", "prompt"], "gripper": "positive_closes",
+                                    "control_hz": 10.05}, "p")  # within 1%: the same rate
     assert spec_mismatches(full, ENV) == []
     check_spec(full, ENV, run="r")
     check_spec(None, ENV, run="r")
@@ -58,7 +62,8 @@ def test_matching_and_undeclared_specs_pass():
 
 @pytest.mark.parametrize("bad", [
     {"action_dim": 0}, {"action_dim": True}, {"action_low": [0]}, {"image_sizes": {"top": [96]}},
-    {"gripper": "sideways"}, {"camera": ["top"]}, [1, 2],
+    {"gripper": "sideways"}, {"camera": ["top"]}, [1, 2], {"control_hz": 0}, {"control_hz": "80"},
+    {"control_hz": float("nan")}, {"control_hz": True},
 ])
 def test_unreadable_declarations_are_refused(bad):
     with pytest.raises(ValueError):
@@ -67,7 +72,8 @@ def test_unreadable_declarations_are_refused(bad):
 
 def test_wire_form_round_trips():
     spec = PolicySpec.from_mapping({"action_dim": 2, "cameras": ["top"], "image_sizes": {"top": [96, 80]},
-                                    "gripper": "positive_opens", "action_low": [0, 0], "action_high": [1, 2]}, "p")
+                                    "gripper": "positive_opens", "action_low": [0, 0], "action_high": [1, 2],
+                                    "control_hz": 12.5}, "p")
     assert PolicySpec.from_mapping(json.loads(json.dumps(spec.to_mapping())), "p") == spec
 
 
@@ -170,6 +176,31 @@ def test_a_servers_declaration_is_checked_after_connecting(tmp_path):
     assert status["failed_because"] == "spec_mismatch"
     assert f"openpi server at ws://127.0.0.1:{proc.port} (metadata)" in status["reason"]
     assert "image size of top: policy 64x64, environment 96x96" in status["reason"]
+    assert _records(out, "remote") == []
+
+
+def test_a_control_rate_the_environment_does_not_run_at_fails_the_run_before_its_first_episode(tmp_path):
+    """#55: a served policy trained at 20 Hz against Meta-World's 80 Hz (its control rate, declared by the env):
+    every action would last a quarter of the time it was trained for, a silent fault; refused after connecting."""
+    from evalfleet.serving.process import ServerProcess
+
+    declare = json.dumps({"declare": {"control_hz": 20, "action_dim": 4}})
+    proc = ServerProcess(["evalfleet", "serve", "spec_zero", "--import", "spec_test_plugins", "--options-json",
+                          declare, "--protocol", "openpi", "--port", "{port}", "--action-dim", "4"],
+                         protocol="openpi", log_path=tmp_path / "server.log", env=_plugin_env())
+    with proc:
+        proc.wait_healthy(60)
+        exp = tmp_path / "mw.yaml"
+        exp.write_text(yaml.safe_dump({"name": "rate", "runs": {"remote": {
+            "environment": {"type": "metaworld", "task": "reach-v3", "max_steps": 3},
+            "policy": {"type": "openpi_remote", "host": "127.0.0.1", "port": proc.port},
+            "rollout_limit": {"num_episodes": 2}}}}))
+        out = tmp_path / "out"
+        done = run_evalfleet("run", str(exp), "--output", str(out), "--workers", "1", env=_plugin_env())
+    assert done.returncode == 1, done.stderr
+    status = json.loads((out / "remote" / "run_status.json").read_text())
+    assert status["failed_because"] == "spec_mismatch"
+    assert "control rate: policy 20 Hz, environment 80 Hz" in status["reason"]
     assert _records(out, "remote") == []
 
 

@@ -125,6 +125,7 @@ class PolicySpec:
     state_dim: int | None = None
     keys: tuple[str, ...] = ()  # observation keys it reads; `observation/images/<camera>` means that camera
     gripper: str | None = None
+    control_hz: float | None = None  # the control rate it was trained at (steps per second)
 
     def __post_init__(self) -> None:
         if self.gripper is not None and self.gripper not in GRIPPER_CONVENTIONS:
@@ -137,7 +138,7 @@ class PolicySpec:
     def to_mapping(self) -> dict[str, Any]:
         """The wire form (msgpack/JSON-safe): only what is declared."""
         out: dict[str, Any] = {}
-        for name in ("action_dim", "state_dim", "gripper"):
+        for name in ("action_dim", "state_dim", "gripper", "control_hz"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         if self.action_low is not None and self.action_high is not None:
@@ -156,7 +157,7 @@ class PolicySpec:
         if not isinstance(data, dict):
             raise ValueError(f"a spec must be a mapping, got {type(data).__name__}")  # noqa: TRY004 - callers catch ValueError
         unknown = sorted(set(data) - {"action_dim", "action_low", "action_high", "cameras", "image_sizes",
-                                      "image_size", "state_dim", "keys", "gripper"})
+                                      "image_size", "state_dim", "keys", "gripper", "control_hz"})
         if unknown:
             raise ValueError(f"unknown spec field(s) {', '.join(map(str, unknown))}")
 
@@ -194,9 +195,14 @@ class PolicySpec:
         low, high = numbers("action_low"), numbers("action_high")
         if (low is None) != (high is None):
             raise ValueError("spec needs both action_low and action_high, or neither")
+        hz = data.get("control_hz")
+        if hz is not None and (isinstance(hz, bool) or not isinstance(hz, (int, float, np.number))
+                               or not np.isfinite(hz) or not 0 < hz <= 100_000):
+            raise ValueError(f"spec control_hz must be a positive number of steps per second, got {hz!r}")
         return cls(source=source, action_dim=count("action_dim"), action_low=low, action_high=high,
                    cameras=cameras, image_sizes=sizes, state_dim=count("state_dim"),
-                   keys=tuple(str(k) for k in data.get("keys") or ()), gripper=data.get("gripper"))
+                   keys=tuple(str(k) for k in data.get("keys") or ()), gripper=data.get("gripper"),
+                   control_hz=None if hz is None else float(hz))
 
     def describe(self) -> str:
         parts = []
@@ -215,7 +221,12 @@ class PolicySpec:
             parts.append("keys " + ", ".join(other))
         if self.gripper:
             parts.append(f"gripper {self.gripper}")
+        if self.control_hz is not None:
+            parts.append(f"control at {self.control_hz:g} Hz")
         return "; ".join(parts) or "nothing declared"
+
+
+CONTROL_HZ_TOLERANCE = 0.01  # relative: 80 Hz and 79.5 Hz are one rate, 80 Hz and 20 Hz are not
 
 
 def spec_mismatches(policy: PolicySpec, env: EnvironmentSpec) -> list[str]:
@@ -248,6 +259,10 @@ def spec_mismatches(policy: PolicySpec, env: EnvironmentSpec) -> list[str]:
         out.append(f"state_dim: policy {policy.state_dim}, environment {env.state_dim}")
     if policy.gripper and env.gripper and policy.gripper != env.gripper:
         out.append(f"gripper: policy {policy.gripper}, environment {env.gripper}")
+    if (policy.control_hz is not None and env.control_hz is not None
+            and abs(policy.control_hz - env.control_hz) > CONTROL_HZ_TOLERANCE * env.control_hz):
+        out.append(f"control rate: policy {policy.control_hz:g} Hz, environment {env.control_hz:g} Hz (each action "
+                   "would last another time than it was trained for)")
     return out
 
 

@@ -174,6 +174,7 @@ class EnvironmentSpec:
     image_sizes: dict[str, tuple[int, int]] = field(default_factory=dict)  # camera -> (height, width)
     state_dim: int | None = None
     gripper: str | None = None  # e.g. "positive_closes"; see policies.base.GRIPPER_CONVENTIONS
+    control_hz: float | None = None  # steps per simulated second, where the env declares it
 
     def describe(self) -> str:
         parts = []
@@ -187,6 +188,8 @@ class EnvironmentSpec:
             parts.append(f"cameras {', '.join(cams) or 'none'}")
         if self.state_dim is not None:
             parts.append(f"state_dim {self.state_dim}")
+        if self.control_hz is not None:
+            parts.append(f"control at {self.control_hz:g} Hz")
         if self.gripper:
             parts.append(f"gripper {self.gripper}")
         return "; ".join(parts) or "nothing declared"
@@ -234,7 +237,7 @@ def environment_spec(env_type: str, options: Any, env: Any = None) -> Environmen
     info = entry.info if entry is not None and isinstance(entry.info, EnvironmentInfo) else None
     gripper = info.gripper if info is not None else None
     sizes = _sizes_of(cameras or (), typed) if typed is not None else {}
-    action_dim = low = high = state_dim = None
+    action_dim = low = high = state_dim = control_hz = None
     if env is not None:
         env = with_defaults(env)
         env_cameras = env.cameras
@@ -252,11 +255,13 @@ def environment_spec(env_type: str, options: Any, env: Any = None) -> Environmen
             low = high = None
         state_dim = env.state_dim
         gripper = env.gripper or gripper
+        control_hz = env.control_hz
     return EnvironmentSpec(
         source=f"environment {env_type}", action_dim=int(action_dim) if action_dim is not None else None,
         action_low=low, action_high=high, cameras=cameras,
         image_sizes={c: hw for c, hw in sizes.items() if cameras is None or c in cameras},
         state_dim=int(state_dim) if state_dim is not None else None, gripper=gripper,
+        control_hz=float(control_hz) if control_hz else None,
     )
 
 
