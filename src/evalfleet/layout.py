@@ -10,6 +10,7 @@ OUT/
   experiment_manifest.json   MANIFEST_FILE: each Run's task/policy labels and where they came from
   timings.json               TIMINGS_FILE: per Run and phase, merged from the shards' files by collect
   dataset/                   DATASET_DIR: the recorded trajectories as a LeRobotDataset v3.0 (or one per Run folder)
+  verify.json                VERIFY_FILE: `evalfleet verify`'s replay of the first episodes, against the records
   report_episodes/           REPORT_DATA_DIR: index.html's episode tables, <NNNN>.js per Run, loaded on demand;
                              trajectories/<NNNN>-<EEEEEE>.js: a recorded episode's plot data (report_trajectories)
   .evalfleet/                INTERNAL_DIR: worker logs, heartbeats and status files, claims, the wired Experiment,
@@ -48,6 +49,7 @@ METADATA_FILE = "experiment_metadata.json"
 MANIFEST_FILE = "experiment_manifest.json"
 TIMINGS_FILE = "timings.json"
 DATASET_DIR = "dataset"
+VERIFY_FILE = "verify.json"  # `evalfleet verify`: replayed episodes against their records
 
 # --- a Run folder --------------------------------------------------------------------------------------
 RECORDS_FILE = "episode_results.jsonl"

@@ -40,7 +40,7 @@ def test_the_trust_section(chromium, tmp_path: Path) -> None:
     # actions in [-1, 1] are mostly outside the env's [-0.1, 0.1]; the push Runs pass
     assert outcomes == {"protocol": "passed", "complete": "flagged", "errors": "flagged",
                         "success_at_reset": "flagged", "action_bounds": "flagged", "success_hold": "info",
-                        "paired": "passed", "floors": "not_run"}, result["trust"]
+                        "paired": "passed", "floors": "not_run", "determinism": "not_run"}, result["trust"]
     detail = {c["check"]: c["detail"] for c in result["trust"]}
     assert f"line {result['runs']['line']['success_at_reset']}" in detail["success_at_reset"]
     assert detail["complete"] == f"not completed: line ({result['runs']['line']['status']})"

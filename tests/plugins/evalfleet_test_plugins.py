@@ -170,7 +170,22 @@ class KillSelfPolicy(StopSelfPolicy):
         return MetaworldExpertPolicy.act(self, observation, env_id)
 
 
+class UnseededNoisyExpert(MetaworldExpertPolicy):
+    """The expert with Gaussian action noise drawn from an unseeded generator: the same episode replayed ends in
+    another state (what `evalfleet verify` measures)."""
+
+    def __init__(self, options: dict, context: Any):
+        super().__init__(NoOptions(), context)
+        self.noise = np.random.default_rng()  # deliberately unseeded
+        self.scale = float(options.get("scale", 0.3))
+
+    def act(self, observation: dict[str, Any], env_id: int = 0) -> np.ndarray:
+        action = super().act(observation, env_id)
+        return action + self.noise.normal(0.0, self.scale, size=np.shape(action))
+
+
 POLICIES.register("test_flaky_expert")(FlakyExpert)
+POLICIES.register("test_unseeded_noisy_expert")(UnseededNoisyExpert)
 POLICIES.register("test_slow_expert")(SlowExpert)
 POLICIES.register("test_gated_expert")(GatedExpert)
 POLICIES.register("test_hanging")(HangingPolicy)

@@ -37,6 +37,7 @@ COMMANDS = (
     "evalfleet.cli.outputs:register",  # collect, report
     "evalfleet.cli.live:register",  # watch
     "evalfleet.cli.trajectories:register",  # trajectories
+    "evalfleet.cli.verify:register",  # verify
     "evalfleet.cli.store:register",  # store add|ls|rm|query
     "evalfleet.cli.history:register",  # history
     "evalfleet.cli.board:register",  # board

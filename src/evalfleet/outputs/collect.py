@@ -29,7 +29,7 @@ from evalfleet.errors import UserError
 from evalfleet.feedback import is_long, track
 from evalfleet.forking import fork_allowed, in_child
 from evalfleet.layout import (EXPERIMENT_FILE, PARTS_DIR, PLOTS_DIR, PROTOCOL_FILE, RECORDS_FILE, REPORT_FILE,
-                              RESULT_FILE, STATUS_FILE, TRAJECTORIES_DIR, VIDEOS_DIR)
+                              RESULT_FILE, STATUS_FILE, TRAJECTORIES_DIR, VERIFY_FILE, VIDEOS_DIR)
 from evalfleet.outputs.failures import ProtocolCheck, read_protocol
 from evalfleet.outputs.output_lock import writing
 from evalfleet.outputs.report import render_report
@@ -302,7 +302,8 @@ def _collect(sources: list[str], output: str, *, endpoint_url: str | None, repor
                               provenance(experiment_bytes, sources=[_safe_url(s) for s in sources]),
                               skipped=skipped_files(locations), records=outcomes,
                               protocols={r.name: r.protocol for r in runs if r.protocol},
-                              failure_facts={r.name: r.failure_facts for r in runs})
+                              failure_facts={r.name: r.failure_facts for r in runs},
+                              verification=read_verification(dest))
         result = add_stopping(result, named, outcomes)  # sequential decisions
         staging.commit()
     for run in runs:
@@ -352,6 +353,18 @@ def write_collected_report(collected: Collected, title: str | None = None) -> st
                          title=title or f"evalfleet report: {location_name(dest)}")
     dest.write_bytes(REPORT_FILE, page.encode("utf-8"))
     return dest.display(REPORT_FILE)
+
+
+def read_verification(loc: Location) -> dict[str, Any] | None:
+    """The folder's verify.json (`evalfleet verify`), None when it has none or it is not one: kept in `trust` by a
+    collect that rebuilds experiment_result.json."""
+    from evalfleet.bounded_json import loads
+
+    try:
+        doc = loads(loc.read_bytes(VERIFY_FILE).decode("utf-8")) if loc.is_file(VERIFY_FILE) else None
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and doc.get("schema") == "evalfleet.verify/1" else None
 
 
 def _write_run(run: RunDigest, dest: Location) -> None:

@@ -15,7 +15,8 @@ from evalfleet.errors import UserError
 from evalfleet.feedback import is_long
 from evalfleet.rollout.run_folder import planned_episodes
 from evalfleet.layout import PLOTS_DIR, REPORT_FILE, RESULT_FILE
-from evalfleet.outputs.collect import Collected, collect_runs, stream_runs, work_size, write_collected_report
+from evalfleet.outputs.collect import (Collected, collect_runs, read_verification, stream_runs, work_size,
+                                      write_collected_report)
 from evalfleet.outputs.run_sources import find_sources, in_experiment_order, read_experiment, skipped_files
 from evalfleet.outputs.report import render_report
 from evalfleet.outputs.run_digest import OutcomeRecords
@@ -116,7 +117,8 @@ def write_report(directory: str | os.PathLike[str], *, title: str | None = None)
         staging.commit()
     if result is None:
         result = build_result([r.summary for r in runs], provenance(exp_bytes), records=OutcomeRecords(runs),
-                              failure_facts={r.name: r.failure_facts for r in runs})
+                              failure_facts={r.name: r.failure_facts for r in runs},
+                              verification=read_verification(loc))
     images = (".png", ".svg", ".jpg", ".jpeg")
     plots = [rel for rel in loc.walk_files(PLOTS_DIR) if rel.lower().endswith(images)] if loc.isdir(PLOTS_DIR) else []
     listed = result.get("skipped_files") if isinstance(result.get("skipped_files"), list) else []

@@ -292,7 +292,8 @@ def build_result(runs: list[dict[str, Any]], prov: dict[str, Any], *,
                  skipped: list[dict[str, str]] | None = None,
                  records: dict[str, list[dict[str, Any]]] | None = None,
                  protocols: dict[str, dict[str, Any]] | None = None,
-                 failure_facts: dict[str, tuple[dict[str, int], set[str]]] | None = None) -> dict[str, Any]:
+                 failure_facts: dict[str, tuple[dict[str, int], set[str]]] | None = None,
+                 verification: dict[str, Any] | None = None) -> dict[str, Any]:
     """experiment_result.json's content. `skipped`: files the sources held that were not read (a link leading
     out of its folder, a FIFO, an experiment.yaml that is not an Experiment), as {"path", "why"}. `records`
     (Run name -> the records that count) adds `ranking` when two or more policies share a task, and the failure
@@ -319,7 +320,7 @@ def build_result(runs: list[dict[str, Any]], prov: dict[str, Any], *,
         **failures,
         **({"ranking": ranking} if (ranking := policy_ranking(runs, records or {})) else {}),
         **({"floors": floors} if (floors := floors_result(runs, records or {})) else {}),
-        "trust": trust_checks(runs, floors),
+        "trust": trust_checks(runs, floors, verification),
     }
 
 

@@ -28,15 +28,35 @@ MEANINGS = {
                     "successes (with success.hold_steps a success must hold; a flickering one does not count)",
     "floors": "the no-op and random policies on the same episodes: a task they often succeed at measures little, "
               "and a policy not above them has not shown it does anything useful there",
+    "determinism": "the same episode (seed, variation values, policy) replayed gives the same outcome, length and "
+                   "final state; where it does not, a rerun of the Experiment gives other numbers, and the rate "
+                   "measured here says by how much to expect it",
     "paired": "policies on one task faced the same episode seeds (and variation values), so they compare pair by "
               "pair (McNemar, Bradley-Terry) rather than as independent samples",
 }
 
 
-def trust_checks(runs: list[dict[str, Any]], floors: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """The checks, in a fixed order, from the Run summaries and the floors' result (outputs/floors.py)."""
+def trust_checks(runs: list[dict[str, Any]], floors: dict[str, Any] | None = None,
+                 verification: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The checks, in a fixed order, from the Run summaries, the floors' result (outputs/floors.py) and
+    `evalfleet verify`'s verify.json (execution/verify.py)."""
     return [_protocol(runs), _complete(runs), _errors(runs), _at_reset(runs), _bounds(runs), _hold(runs),
-            _paired(runs), _floors(floors)]
+            _paired(runs), _floors(floors), determinism_check(verification)]
+
+
+def determinism_check(verification: dict[str, Any] | None) -> dict[str, Any]:
+    if not isinstance(verification, dict) or not verification.get("compared"):
+        return _check("determinism", "episodes replay alike", "not_run",
+                      "not verified: `evalfleet verify OUT --episodes K` replays the first K episodes of every Run")
+    agree, compared = verification.get("agree", 0), verification["compared"]
+    runs = verification.get("runs") or {}
+    detail = (f"{agree}/{compared} replayed episodes agree ({agree / compared:.0%}; status, success, length, final "
+              f"state), {verification.get('verified_at', '')}")
+    differing = [f"{run} {r['agree']}/{r['compared']}" for run, r in runs.items()
+                 if isinstance(r, dict) and r.get("compared") and r.get("agree") != r.get("compared")]
+    if differing:
+        return _check("determinism", "episodes replay alike", "flagged", detail + "; differ in " + ", ".join(differing))
+    return _check("determinism", "episodes replay alike", "passed", detail)
 
 
 def _floors(floors: dict[str, Any] | None) -> dict[str, Any]:

@@ -57,6 +57,9 @@ class EpisodeRecord:
     first_success_step: int | None = None
     # True where the task's success already held after the first step (an `error` record, code success_at_reset).
     success_at_reset: bool | None = None
+    # A digest of the state the episode ended in (the env's `state_digest()`, else its last observation's state):
+    # `evalfleet verify` replays episodes and compares it.
+    final_state: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         # Shallow (not dataclasses.asdict, which deep-copies): the dict is serialised at once.

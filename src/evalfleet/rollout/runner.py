@@ -368,6 +368,7 @@ class ShardRunner:
             trajectory=kept,
             first_success_step=slot.first_success,
             success_at_reset=True if code == SUCCESS_AT_RESET.code else None,
+            final_state=None if error else final_state(slot.env, slot.observation),
             failure_code=None if status == "success" else (code or POLICY_ERROR.code),
             protocol=self._identity,
         )
@@ -428,6 +429,21 @@ class ShardRunner:
                 pass
         if self._policy is not None and hasattr(self._policy, "close"):
             self._policy.close()
+
+
+def final_state(env: Any, observation: dict[str, Any] | None) -> str | None:
+    """The digest of the state an episode ended in (`EpisodeRecord.final_state`)."""
+    import hashlib
+
+    import numpy as np
+
+    digest = with_defaults(env).state_digest()
+    if digest is not None:
+        return digest
+    state = (observation or {}).get("observation/state")
+    if state is None:
+        return None
+    return hashlib.sha256(np.ascontiguousarray(np.asarray(state, dtype=np.float64)).tobytes()).hexdigest()[:16]
 
 
 def build_shard_runner(plan: RunPlan, out_dir: str | Path, **kwargs: Any) -> ShardRunner:

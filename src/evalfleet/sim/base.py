@@ -120,6 +120,11 @@ class EnvironmentBase:
         without success, read from the env's own state; None: nothing finer than `step_limit`."""
         return None
 
+    def state_digest(self) -> str | None:
+        """A short digest of the simulator's whole state now (`evalfleet verify` compares the state an episode
+        ends in); None: the runner digests the last observation's `observation/state` instead."""
+        return None
+
     def render_video(self, camera: str, height: int | None = None, width: int | None = None,
                      mesh_tolerance_px: float = 0.0) -> np.ndarray:
         """A frame only a video shows, which may simplify what its pixels cannot show (meshes to

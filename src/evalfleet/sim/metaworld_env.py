@@ -167,6 +167,14 @@ class MetaworldEnvironment(MujocoEnvironment):
                 model.geom_matid[geoms] = -1
                 model.geom_rgba[geoms, :3] = np.clip(np.asarray(value, dtype=float), 0.0, 1.0)
 
+    def state_digest(self) -> str:
+        """The MuJoCo state (time, positions, velocities, actuator activations), as 16 hex digits."""
+        import hashlib
+
+        data = self.env.data
+        return hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes()
+                                       for a in (data.time, data.qpos, data.qvel, data.act))).hexdigest()[:16]
+
     # -- rendering -------------------------------------------------------------------------------
     @property
     def data(self) -> Any:
