@@ -1,14 +1,17 @@
 """Train a small LeRobot ACT policy on Push-T from scripted demonstrations, on the CPU, and save it as a LeRobot
-checkpoint folder that both `lerobot-eval` and evalfleet load. Runs in LeRobot's venv; usually called through
-scripts/pusht-checkpoint.sh, which caches the result.
+checkpoint folder that both `lerobot-eval` and evalfleet load. Runs in LeRobot's venv, with this checkout's
+evalfleet importable; usually called through scripts/pusht-checkpoint.sh, which caches the result.
 
-    <lerobot venv>/bin/python scripts/pusht_act_checkpoint.py OUT [--demos 600] [--steps 6000]
+    <lerobot venv>/bin/python scripts/pusht_act_checkpoint.py OUT [--demos 600] [--steps 6000] [--workers N]
 
-1. Demonstrations: evalfleet's Push-T planner (evalfleet/policies/pusht_planner.py) plays gym-pusht with
-   `obs_type=environment_state_agent_pos` (the T's 16 keypoint values and the agent's position) from seeds
-   1,000,000 and up — far from the seeds evaluations use. Gaussian noise is added to the executed action but
-   never to the recorded one, so the data shows how the planner recovers from small errors (DART); only
-   successful episodes are kept.
+1. Demonstrations, made by evalfleet itself: `evalfleet run scripts/pusht_demonstrations.yaml` plays Push-T
+   (`obs_type=environment_state_agent_pos`: the T's 16 keypoint values and the agent's position) with the
+   scripted planner (`pusht_expert`, evalfleet/policies/pusht_planner.py), 5 px of Gaussian noise added by the
+   environment to every executed action but not to the recorded one (DART: the data shows how the planner
+   recovers from small errors), every step recorded as a LeRobotDataset v3.0. `evalfleet trajectories --status
+   success --export` keeps the successful episodes (OUT/demonstrations, kept with the checkpoint) and the first
+   `--demos` of them in plan order are the training data, read from the dataset's Parquet files. The episode
+   seeds (the Experiment's `seed:`) are all 1,000,000 and up, far from the seeds evaluations use (checked here).
 2. Policy: LeRobot's ACT without images or VAE, one action per call (`chunk_size` 1: the planner is a function of
    the current observation, so there is nothing to chunk). It predicts the target relative to the agent's
    position through LeRobot's own RelativeActionsProcessorStep / AbsoluteActionsProcessorStep, saved in the
@@ -16,14 +19,17 @@ scripts/pusht-checkpoint.sh, which caches the result.
    are normalised like the state (ACT's default leaves an ENV feature unnormalised).
 3. Training: AdamW, cosine schedule, L1 on the normalised relative action, batches drawn from tensors in memory.
 
-What it reaches is written to OUT/training.json (demonstrations, frames, loss, seconds); its success rate is
-measured by bench/lerobot_side_by_side.py through both tools.
+What it reaches is written to OUT/training.json (episodes played, successes, demonstrations, frames, loss,
+seconds); its success rate is measured by bench/lerobot_side_by_side.py through both tools.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,44 +37,68 @@ from pathlib import Path
 import numpy as np
 
 TASK = "push the T-shaped block onto the T-shaped target"
-FIRST_DEMO_SEED = 1_000_000
+HERE = Path(__file__).resolve().parent
+EXPERIMENT = HERE / "pusht_demonstrations.yaml"
+RUN = "planner"  # the Experiment's one Run
+FIRST_DEMO_SEED = 1_000_000  # every demonstration seed is at least this: evaluations play 0.. and 1000..
 
 
-def demonstrations(count: int, noise: float, seed: int) -> dict[str, np.ndarray]:
-    import gym_pusht  # noqa: F401 - registers the id
-    import gymnasium
+def _evalfleet(*args: str) -> None:
+    """`evalfleet ARGS` in this interpreter (the venv's) with this checkout's evalfleet (src/ first on the path,
+    whatever copy the venv has installed); its output goes to our stderr."""
+    path = os.pathsep.join(filter(None, [str(HERE.parent / "src"), os.environ.get("PYTHONPATH")]))
+    subprocess.run([sys.executable, "-P", "-m", "evalfleet.cli", *args], check=True, stdout=sys.stderr,
+                   stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": path, "MPLBACKEND": "Agg"})
 
-    from evalfleet.policies.pusht_planner import PushTPlanner, pose_from_keypoints
 
-    env = gymnasium.make("gym_pusht/PushT-v0", obs_type="environment_state_agent_pos", max_episode_steps=300)
-    planner = PushTPlanner()
-    rng = np.random.default_rng(seed)
-    states, keypoints, actions = [], [], []
-    kept = tried = 0
-    while kept < count:
-        obs, info = env.reset(seed=FIRST_DEMO_SEED + tried)
-        tried += 1
-        episode = []
-        for _ in range(300):
-            xy, angle = pose_from_keypoints(obs["environment_state"])
-            action = planner.target(obs["agent_pos"], xy, angle)
-            episode.append((obs["agent_pos"], obs["environment_state"], action))
-            executed = np.clip(action + rng.normal(0.0, noise, 2), 0.0, 512.0)
-            obs, _, terminated, truncated, info = env.step(executed)
-            if terminated or truncated:
-                break
-        if not info["is_success"]:
-            continue
-        kept += 1
-        for state, keys, action in episode:
-            states.append(state)
-            keypoints.append(keys)
-            actions.append(action)
-        if kept % 50 == 0:
-            print(f"demonstrations: {kept}/{count} ({tried} played)", file=sys.stderr, flush=True)
-    env.close()
-    return {"state": np.asarray(states, np.float32), "keypoints": np.asarray(keypoints, np.float32),
-            "action": np.asarray(actions, np.float32), "played": np.asarray(tried)}
+def record_demonstrations(out: Path, workers: int) -> dict[str, object]:
+    """Play the Experiment with evalfleet and export its successful episodes to `out` (a LeRobotDataset)."""
+    played = out.parent / f"{out.name}.run"
+    shutil.rmtree(played, ignore_errors=True)
+    _evalfleet("run", str(EXPERIMENT), "--output", str(played), "--workers", str(workers), "--no-progress")
+    _evalfleet("trajectories", str(played), "--run", RUN, "--status", "success", "--export", str(out))
+    records = [json.loads(line) for line in (played / RUN / "episode_results.jsonl").read_text().splitlines()]
+    shutil.rmtree(played)
+    failures: dict[str, int] = {}
+    for record in records:
+        if record["status"] != "success":
+            key = str(record.get("failure_code") or record["status"])
+            failures[key] = failures.get(key, 0) + 1
+    return {"episodes_played": len(records), "successes": sum(r["status"] == "success" for r in records),
+            "failures": failures}
+
+
+def _column(table, name: str) -> np.ndarray:
+    """A fixed-size list column as a (rows, size) float32 array."""
+    column = table.column(name).combine_chunks()
+    return column.flatten().to_numpy(zero_copy_only=False).reshape(len(column), -1).astype(np.float32)
+
+
+def demonstrations(dataset: Path, count: int) -> dict[str, np.ndarray]:
+    """The first `count` successful episodes of the dataset, in plan order: agent positions, keypoints and the
+    planner's actions, frame by frame."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    episodes = pq.read_table(dataset / "meta" / "episodes").to_pandas()
+    episodes = episodes[episodes["evalfleet/success"].astype(bool)].sort_values("evalfleet/episode")
+    if len(episodes) < count:
+        raise SystemExit(f"{dataset}: {len(episodes)} successful episodes, fewer than the {count} demonstrations "
+                         f"asked for: play more (rollout_limit in {EXPERIMENT.name})")
+    chosen = episodes.head(count)
+    low_seeds = chosen[chosen["evalfleet/seed"] < FIRST_DEMO_SEED]
+    if len(low_seeds):
+        raise SystemExit(f"demonstration seeds below {FIRST_DEMO_SEED:,} (evaluations play those): "
+                         f"{low_seeds['evalfleet/seed'].tolist()[:5]}; change the Experiment's `seed:`")
+    table = pq.read_table(dataset / "data", columns=["observation.state", "observation.environment_state",
+                                                      "action", "episode_index", "index"])
+    wanted = pa.array(chosen["episode_index"].to_numpy(np.int64))
+    table = table.filter(pc.is_in(table.column("episode_index"), value_set=wanted))
+    table = table.sort_by([("episode_index", "ascending"), ("index", "ascending")])
+    assert table.num_rows == int(chosen["length"].sum()), (table.num_rows, int(chosen["length"].sum()))
+    return {"state": _column(table, "observation.state"), "keypoints": _column(table, "observation.environment_state"),
+            "action": _column(table, "action"), "plan_episodes": chosen["evalfleet/episode"].to_numpy()}
 
 
 def _stats(values):
@@ -155,7 +185,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--demos", type=int, default=600)
-    parser.add_argument("--noise", type=float, default=5.0, help="px of noise on the executed action (DART)")
     parser.add_argument("--steps", type=int, default=6000)
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--lr", type=float, default=3e-4)
@@ -163,14 +192,21 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                        help="evalfleet's runners for the demonstrations (the episodes do not depend on it)")
     args = parser.parse_args()
     started = time.perf_counter()
-    data = demonstrations(args.demos, args.noise, args.seed)
+    args.out.mkdir(parents=True, exist_ok=True)
+    played = record_demonstrations(args.out / "demonstrations", args.workers)
+    data = demonstrations(args.out / "demonstrations", args.demos)
     demo_s = time.perf_counter() - started
+    print(f"demonstrations: {args.demos} of {played['successes']} successes in {played['episodes_played']} "
+          f"episodes, {len(data['state'])} frames ({demo_s:.0f} s)", file=sys.stderr, flush=True)
     figures = train(data, args.out, args)
     (args.out / "training.json").write_text(json.dumps({
-        "recipe": {k: v for k, v in vars(args).items() if k != "out"},
-        "demonstrations": args.demos, "episodes_played": int(data["played"]), "frames": len(data["state"]),
+        "recipe": {k: v for k, v in vars(args).items() if k not in ("out", "workers")},
+        "experiment": EXPERIMENT.name, **played, "demonstrations": args.demos,
+        "last_plan_episode": int(data["plan_episodes"][-1]), "frames": len(data["state"]),
         "demo_s": round(demo_s, 1), **figures, "task": TASK}, indent=1) + "\n")
     print(args.out)
 

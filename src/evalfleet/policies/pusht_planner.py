@@ -1,5 +1,6 @@
-"""A scripted expert for gym-pusht's Push-T, in NumPy alone (no gym-pusht, no pymunk, no evalfleet imports), so
-LeRobot's own Python can import it to make demonstrations (scripts/pusht_act_checkpoint.py).
+"""A scripted expert for gym-pusht's Push-T, in NumPy alone (no gym-pusht, no pymunk, no evalfleet imports); the
+`pusht_expert` policy plays it, e.g. to make the demonstrations scripts/pusht-checkpoint.sh trains on
+(scripts/pusht_demonstrations.yaml, played by `evalfleet run` in LeRobot's venv).
 
 Why it can work without a search: gym-pusht's space has damping 0, so the T keeps no velocity between physics
 steps and moves only while the agent touches it (quasi-static), and its shapes have friction 0, so a push at a
