@@ -199,3 +199,15 @@ def test_build_result_adds_the_ranking_only_when_two_policies_share_a_task():
     apart = build_result([_summary("r1", "reach", "a"), _summary("r2", "push", "b")], {}, records=recs)
     assert "ranking" not in apart
     assert "ranking" not in build_result([_summary("r1", "reach", "a")], {}, records=recs)
+
+
+def test_a_fit_started_elsewhere_reaches_the_same_maximum():
+    """Bootstrap replicates start at the point estimate (fewer Newton steps): any start reaches the one maximum."""
+    rng = np.random.default_rng(3)
+    k = 5
+    edges = np.ones((k, k)) - np.eye(k)
+    wins = rng.integers(0, 30, (20, k, k)).astype(float) * edges
+    start = rng.normal(0.0, 2.0, k)
+    from_zero = fit_strengths(wins, edges, np.zeros(k, dtype=int))
+    started = fit_strengths(wins, edges, np.zeros(k, dtype=int), start=start - start.mean())
+    assert np.max(np.abs(started - from_zero)) < 1e-9
