@@ -21,7 +21,7 @@ OUT/
     run_status.json          STATUS_FILE
     protocol.json            PROTOCOL_FILE: the task protocol (sim/protocol.py) whose identity its records carry
     videos/<camera>/...      VIDEOS_DIR
-    trajectories/            TRAJECTORIES_DIR: episode_NNNNNN.parquet per recorded episode, <camera>/*.mp4
+    trajectories/            TRAJECTORIES_DIR: episode_NNNNNN.arrow per recorded episode, <camera>/*.mp4
     server.log               SERVER_LOG: the Run's policy server, when evalfleet started one
     timings/<shard>-...json  RUN_TIMINGS_DIR: one worker's phase timings of one shard (timings_path)
 ```

@@ -117,5 +117,5 @@ def test_a_disk_that_fills_while_trajectories_are_recorded_leaves_no_half_writte
     assert info["total_episodes"] == len(records) == len(results_by_episode(out))
     assert info["total_frames"] == sum(r["episode_length"] for r in records)
     for rec in records:
-        table, meta = read_trajectory(out / rec["run"] / "trajectories" / f"episode_{rec['episode']:06d}.parquet")
+        table, meta = read_trajectory(out / rec["run"] / "trajectories" / f"episode_{rec['episode']:06d}.arrow")
         assert (meta["attempt"], table.num_rows) == (rec["attempt"], rec["episode_length"])

@@ -214,7 +214,7 @@ def test_sigkill_mid_episode_then_resume_writes_the_same_dataset(experiment, ref
     try:
         waiting = _wait_for(lambda: waiting_runners(held, 2), "both runners at the gate")
         recorded = [json.loads(line) for p in out.glob("*/parts/*.jsonl") for line in p.read_text().splitlines()]
-        assert 2 <= len(recorded) < 6 and all((out / r["run"] / "trajectories" / f"episode_{r['episode']:06d}.parquet")
+        assert 2 <= len(recorded) < 6 and all((out / r["run"] / "trajectories" / f"episode_{r['episode']:06d}.arrow")
                                           .is_file() for r in recorded)
         half_written = list(out.glob("*/trajectories/corner/.tmp-*.mp4"))
         assert len(half_written) == 2  # the episodes in flight, their videos being written

@@ -66,7 +66,7 @@ def check_against_the_run(out, dataset: dict, run: str) -> None:
         assert ep["length"] == rec["episode_length"]
         assert ep["episode_index"] == [index] * ep["length"] and ep["frame_index"] == list(range(ep["length"]))
         assert ep["next_success"][-1] == rec["success"] and not any(ep["next_success"][:-1])
-        table, _ = read_trajectory(out / run / "trajectories" / f"episode_{ep['episode']:06d}.parquet")
+        table, _ = read_trajectory(out / run / "trajectories" / f"episode_{ep['episode']:06d}.arrow")
         np.testing.assert_allclose(ep["actions"], table.column("action").to_pylist(), rtol=1e-6)
         np.testing.assert_allclose(ep["states"], table.column("observation.state").to_pylist(), rtol=1e-6)
         assert ep["task"]

@@ -96,11 +96,12 @@ def test_the_rule_names_the_served_set() -> None:
     assert may_serve("plots/success.png", runs) and may_serve("plots/sub/x.SVG", runs)
     assert may_serve("report_episodes/0003.js", runs) and may_serve("a/videos/c/e.webm", runs)
     assert may_serve("report_episodes/trajectories/0003-000012.js", runs)  # a recorded episode's plot data
-    assert may_serve("a/trajectories/episode_000012.parquet", runs) and may_serve("a/trajectories/c/e.mp4", runs)
+    assert may_serve("a/trajectories/episode_000012.arrow", runs) and may_serve("a/trajectories/c/e.mp4", runs)
     for rel in ("a", "plots", "a/x.json", "b/x.mp4", "a/.hidden/x.mp4", "a/../a/x.mp4", "plots//x.png",
                 "a\\..\\x.mp4", "report_episodes/x.mp4", "index.html", "experiment.yaml",
-                "report_episodes/sub/0000.js", "report_episodes/trajectories/x/0000.js", "b/trajectories/e.parquet",
-                "a/parts/e.parquet", "a/trajectories/.tmp-1-e.parquet", "a/trajectories/c/e.parquet"):
+                "report_episodes/sub/0000.js", "report_episodes/trajectories/x/0000.js", "b/trajectories/e.arrow",
+                "a/trajectories/e.parquet",
+                "a/parts/e.arrow", "a/trajectories/.tmp-1-e.arrow", "a/trajectories/c/e.arrow"):
         assert not may_serve(rel, runs), rel
 
 

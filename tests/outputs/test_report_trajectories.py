@@ -75,9 +75,9 @@ def test_a_long_episode_gives_a_bounded_plot_of_its_own_frames(tmp_path: Path) -
     assert data["success"][-1] == "1" and data["final_success"] is True and data["done"] == "0" * 299 + "1"
 
     table = read_script(out / "report_episodes" / "0000.js", "__evalfleet_episodes")
-    assert table["traj"] == [[0, {"frames": "r/trajectories/episode_000000.parquet",
+    assert table["traj"] == [[0, {"frames": "r/trajectories/episode_000000.arrow",
                                   "plot": "report_episodes/trajectories/0000-000000.js"}]]
-    assert (out / "r" / "trajectories" / "episode_000000.parquet").is_file()  # the link leads to the copy
+    assert (out / "r" / "trajectories" / "episode_000000.arrow").is_file()  # the link leads to the copy
 
 
 def test_only_the_first_episodes_of_a_run_get_a_plot_and_records_are_not_trusted(tmp_path: Path,
@@ -90,8 +90,8 @@ def test_only_the_first_episodes_of_a_run_get_a_plot_and_records_are_not_trusted
         write_trajectory(out / "r", rec, 20, attempt=2 if e == 1 else None)  # 1: a file of another attempt
         records.append(rec)
     records[0]["trajectory"]["videos"] = {"top": "trajectories/top/episode_000000.mp4", "../x": "../x.mp4"}
-    records.append(record("r", 7, "failure", trajectory={"frames": "../../elsewhere/secret.parquet"}))
-    records.append(record("r", 8, "failure", trajectory={"frames": "trajectories/episode_000000.parquet"}))
+    records.append(record("r", 7, "failure", trajectory={"frames": "../../elsewhere/secret.arrow"}))
+    records.append(record("r", 8, "failure", trajectory={"frames": "trajectories/episode_000000.arrow"}))
     write_jsonl(out / "r" / "parts" / "s.jsonl", records)
     write_status(out / "r", planned=9, state="completed")
     collect([str(out)], str(out), report=True)
@@ -112,9 +112,9 @@ def test_a_run_that_records_some_keys_plots_those(tmp_path: Path, keys: list[str
 
     columns = {"action": [np.zeros(2, np.float32)] * 5, "next.progress": [0.5] * 5, "next.success": [False] * 5}
     chosen = {k: v for k, v in columns.items() if k.removeprefix("next.") in keys}
-    _write_frames(tmp_path / "t.parquet", chosen, 5, {})
-    import pyarrow.parquet as pq
+    _write_frames(tmp_path / "t.arrow", chosen, 5, {})
+    from evalfleet.rollout.trajectory import read_trajectory
 
-    data = json.loads(plot_json("r", record("r", 0, "failure"), pq.read_table(tmp_path / "t.parquet")))
+    data = json.loads(plot_json("r", record("r", 0, "failure"), read_trajectory(tmp_path / "t.arrow")[0]))
     assert ("actions" in data) == ("action" in keys) and ("progress" in data) == ("progress" in keys)
     assert ("final_success" in data) == ("success" in keys) and "done" not in data and data["x"] == list(range(5))

@@ -75,7 +75,7 @@ def test_recorded_episodes_are_linked_and_plotted(chromium, recorded_output: Pat
         assert {e for e, text in cells.items() if text} == {0, 2} and "trajectory" not in recs[1]
         for e in (0, 2):
             frames = row_of(page, e).locator("a.frames").get_attribute("href")
-            assert frames == f"push_expert/trajectories/episode_{e:06d}.parquet" and (out / frames).is_file()
+            assert frames == f"push_expert/trajectories/episode_{e:06d}.arrow" and (out / frames).is_file()
             camera = row_of(page, e).locator("a.camera").get_attribute("href")
             assert camera == f"push_expert/{recs[e]['trajectory']['videos']['corner']}" and (out / camera).is_file()
         page.check("#f-traj")

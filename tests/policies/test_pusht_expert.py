@@ -74,7 +74,7 @@ def test_a_run_the_planner_cannot_play_is_refused_at_load_naming_file_key_and_fi
 
 
 def _frames(out: Path, episode: int) -> dict[str, np.ndarray]:
-    table, _ = read_trajectory(out / "planner" / "trajectories" / f"episode_{episode:06d}.parquet")
+    table, _ = read_trajectory(out / "planner" / "trajectories" / f"episode_{episode:06d}.arrow")
     return {key: np.array(table.column(key).to_pylist(), dtype=np.float64)
             for key in ("observation.state", "observation.environment_state", "action")}
 

@@ -62,7 +62,7 @@ def test_frames_are_what_the_policy_saw_and_sent_and_end_with_the_record(tmp_pat
     assert {r["status"] for r in records} == {"success", "failure"}  # both endings are checked
     at = 0
     for rec in sorted(records, key=lambda r: r["episode"]):
-        assert rec["trajectory"] == {"frames": f"trajectories/episode_{rec['episode']:06d}.parquet"}
+        assert rec["trajectory"] == {"frames": f"trajectories/episode_{rec['episode']:06d}.arrow"}
         table, meta = read_trajectory(tmp_path / "o" / "push_expert" / rec["trajectory"]["frames"])
         length = rec["episode_length"]
         assert table.num_rows == length and (meta["seed"], meta["attempt"]) == (rec["seed"], rec["attempt"])
@@ -88,8 +88,8 @@ def test_frames_are_what_the_policy_saw_and_sent_and_end_with_the_record(tmp_pat
 def test_which_episodes_keep_their_trajectory(tmp_path, which, kept) -> None:
     records = evaluate(noisy_expert(0.3), tmp_path / "o", which)
     folder = tmp_path / "o" / "push_expert" / "trajectories"
-    assert sorted(p.name for p in folder.glob("*.parquet")) == \
-        sorted(f"episode_{r['episode']:06d}.parquet" for r in records if kept(r))
+    assert sorted(p.name for p in folder.glob("*.arrow")) == \
+        sorted(f"episode_{r['episode']:06d}.arrow" for r in records if kept(r))
     assert all(("trajectory" in r) == kept(r) for r in records)  # the record says where its trajectory is
     assert not list(folder.glob(".tmp-*"))
 
@@ -99,9 +99,9 @@ def test_a_sample_is_chosen_by_seed(tmp_path) -> None:
                  max_steps=5)
     evaluate(noisy_expert(0.0), tmp_path / "b", "{episodes: sample, fraction: 0.5, keys: [action]}", episodes=12,
              max_steps=5)
-    kept = {p.name for p in (tmp_path / "a" / "push_expert" / "trajectories").glob("*.parquet")}
+    kept = {p.name for p in (tmp_path / "a" / "push_expert" / "trajectories").glob("*.arrow")}
     assert 0 < len(kept) < len(a)
-    assert kept == {p.name for p in (tmp_path / "b" / "push_expert" / "trajectories").glob("*.parquet")}
+    assert kept == {p.name for p in (tmp_path / "b" / "push_expert" / "trajectories").glob("*.arrow")}
 
 
 def test_a_retried_episode_leaves_the_trajectory_of_the_attempt_its_record_holds(write_experiment, tmp_path,
@@ -125,7 +125,7 @@ def test_a_retried_episode_leaves_the_trajectory_of_the_attempt_its_record_holds
     final = latest_records(tmp_path / "o", "flaky")
     assert any(r["attempt"] > 1 for r in final.values())  # some episodes were retried
     for episode, rec in final.items():
-        table, meta = read_trajectory(tmp_path / "o" / "flaky" / "trajectories" / f"episode_{episode:06d}.parquet")
+        table, meta = read_trajectory(tmp_path / "o" / "flaky" / "trajectories" / f"episode_{episode:06d}.arrow")
         assert (meta["attempt"], meta["status"]) == (rec["attempt"], rec["status"])
         assert table.num_rows == rec["episode_length"]
 

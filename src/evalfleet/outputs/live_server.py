@@ -5,7 +5,7 @@
 the connection open). Any other path is served only if it is one of the report's own files (`may_serve`): an
 image under `plots/`, an episode table `report_episodes/<N>.js` or a recorded episode's plot data
 `report_episodes/trajectories/<N>.js`, a video inside a Run's folder, or a trajectory's frames
-`<run>/trajectories/*.parquet` (the report links them). Nothing else
+`<run>/trajectories/*.arrow` (the report links them). Nothing else
 of the folder (experiment.yaml, metadata, records, logs, tracking databases) is ever sent. A local file is
 opened from a descriptor of the folder without following links (`analysis.local_files.open_regular`), so a
 file swapped for a link after the check is refused, and it is streamed in chunks, never read whole.
@@ -97,7 +97,7 @@ def check_token(host: str, token: str | None, *, key: str = "--token") -> str | 
 def may_serve(rel: str, runs: set[str]) -> bool:
     """The one rule for what the server sends besides its pages: the report's own files and nothing else: an
     image under plots/, an episode table report_episodes/<N>.js or plot data report_episodes/trajectories/<N>.js,
-    a video inside the folder of one of `runs` or its trajectories' frames (<run>/trajectories/<file>.parquet).
+    a video inside the folder of one of `runs` or its trajectories' frames (<run>/trajectories/<file>.arrow).
     Never a hidden part, `..`, an empty part or a backslash."""
     names = rel.split("/")
     if any(n in ("", ".", "..") or n.startswith(".") or "\\" in n for n in names) or len(names) < 2:
@@ -107,7 +107,7 @@ def may_serve(rel: str, runs: set[str]) -> bool:
         return lower.endswith(SERVED_IMAGES)
     if names[0] == REPORT_DATA_DIR:
         return lower.endswith(".js") and (len(names) == 2 or (len(names) == 3 and names[1] == TRAJECTORIES_DIR))
-    if names[0] in runs and len(names) == 3 and names[1] == TRAJECTORIES_DIR and lower.endswith(".parquet"):
+    if names[0] in runs and len(names) == 3 and names[1] == TRAJECTORIES_DIR and lower.endswith(".arrow"):
         return True
     return names[0] in runs and lower.endswith(SERVED_VIDEOS)
 

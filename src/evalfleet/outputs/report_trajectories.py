@@ -100,7 +100,6 @@ class TrajectoryPlots:
 
     def _plot_json(self, rec: dict[str, Any]) -> str | None:
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
         episode = episode_of(rec)
         for location, folder in self.folders:
@@ -112,15 +111,15 @@ class TrajectoryPlots:
                 self.skipped.append(f"episode {episode} (its trajectory is over {MAX_TRAJECTORY_BYTES >> 20} MiB)")
                 return None
             try:
-                parquet = pq.ParquetFile(pa.BufferReader(location.read_bytes(rel)))
-                meta = json.loads((parquet.schema_arrow.metadata or {}).get(METADATA_KEY, b"{}"))
+                frames = pa.ipc.open_file(pa.BufferReader(location.read_bytes(rel))).read_all()
+                meta = json.loads((frames.schema.metadata or {}).get(METADATA_KEY, b"{}"))
                 if meta.get("attempt") != rec.get("attempt", 1) or meta.get("seed") != rec.get("seed"):
                     self.skipped.append(f"episode {episode} (its trajectory is of attempt {meta.get('attempt')}, "
                                         f"its record of attempt {rec.get('attempt', 1)})")
                     return None
                 wanted = [c for c in (*ACTION_COLUMNS, *FLAG_COLUMNS.values(), PROGRESS_COLUMN)
-                          if c in parquet.schema_arrow.names]
-                return plot_json(self.name, rec, parquet.read(columns=wanted))
+                          if c in frames.schema.names]
+                return plot_json(self.name, rec, frames.select(wanted))
             except Exception as exc:  # noqa: BLE001 - a bad file costs its plot, never the collect
                 self.skipped.append(f"episode {episode} (its trajectory could not be read: {exc})")
                 return None

@@ -12,7 +12,6 @@ attempt that was later retried, and whose retry kept no frames, is left out and 
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
@@ -251,10 +250,8 @@ def _magnitude(value: Any) -> float | None:
 def _episode_files(out: Path, runs: list[str], skipped: list[str], say: Callable[[str], None]
                    ) -> Iterator[RecordedEpisode]:
     """The Runs' trajectory files joined with their records, in plan order; only their metadata is read here."""
-    import pyarrow.parquet as pq
-
     from evalfleet.bounded_json import loads
-    from evalfleet.rollout.trajectory import METADATA_KEY, trajectory_relpath
+    from evalfleet.rollout.trajectory import read_metadata, trajectory_relpath
 
     for run in runs:
         folder = out / run
@@ -275,7 +272,7 @@ def _episode_files(out: Path, runs: list[str], skipped: list[str], say: Callable
             path = folder / trajectory_relpath(episode)
             if not path.is_file():
                 continue
-            meta = json.loads((pq.read_schema(path).metadata or {}).get(METADATA_KEY, b"{}"))
+            meta = read_metadata(path)
             rec = records[episode]
             if meta.get("attempt") != rec.get("attempt", 1) or meta.get("seed") != rec.get("seed"):
                 skipped.append(f"{run} episode {episode} (its trajectory is of attempt {meta.get('attempt')}, its "

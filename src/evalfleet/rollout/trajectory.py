@@ -17,11 +17,12 @@ step t, and what the step gave (`next.*`):
 Cameras (`cameras: [top]`) are rendered at every step (the observation before it) and encoded as they come,
 one mp4 per camera, played at the env's control rate.
 
-An episode's frames stay in memory until it ends (bounded: one episode's steps, state-sized numbers; camera
-frames go straight to the encoder) and are then written whole, under a temporary name renamed into place:
-`<run>/trajectories/episode_NNNNNN.parquet` and `<run>/trajectories/<camera>/episode_NNNNNN.mp4`. A retried or
-resumed episode writes the same names again, so exactly one trajectory is left per episode: the last attempt's,
-the one its record holds (the file's metadata names the attempt and seed; collect checks them).
+An episode's frames stay in memory until it ends (bounded: one episode's steps, state-sized numbers in arrays
+allocated for its step limit; camera frames go straight to the encoder) and are then written whole, under a
+temporary name renamed into place: `<run>/trajectories/episode_NNNNNN.arrow` (an Arrow IPC file) and
+`<run>/trajectories/<camera>/episode_NNNNNN.mp4`. A retried or resumed episode writes the same names again, so
+exactly one trajectory is left per episode: the last attempt's, the one its record holds (the file's metadata
+names the attempt and seed; collect checks them).
 """
 
 from __future__ import annotations
@@ -42,10 +43,11 @@ FEATURES = {"state": "observation.state", "environment_state": "observation.envi
             "success": "next.success", "done": "next.done", "progress": "next.progress"}
 OBSERVATION_KEYS = {"state": "observation/state", "environment_state": "observation/environment_state"}
 METADATA_KEY = b"evalfleet.trajectory"
+FLAGS = {"success": np.bool_, "done": np.bool_}  # the keys stored as booleans; the others as float32
 
 
 def trajectory_relpath(episode: int) -> str:
-    return f"{TRAJECTORIES_DIR}/episode_{episode:06d}.parquet"
+    return f"{TRAJECTORIES_DIR}/episode_{episode:06d}.arrow"
 
 
 def camera_relpath(camera: str, episode: int) -> str:
@@ -67,6 +69,31 @@ def wanted(settings: Any, episode: int, seed: int) -> bool:
     return True
 
 
+class FrameColumn:
+    """One key's values, frame by frame, in a preallocated array (a row per frame; grown by doubling past the
+    episode's step limit): a step writes into it, nothing is built per step."""
+
+    def __init__(self, name: str, capacity: int, dtype: Any):
+        self.name, self.capacity, self.dtype = name, max(1, capacity), dtype
+        self.values: np.ndarray | None = None
+
+    def put(self, row: int, value: Any) -> None:
+        values = self.values
+        if values is None:
+            shape = np.shape(value)
+            if len(shape) > 1:
+                value = np.reshape(value, -1)
+                shape = value.shape
+            values = self.values = np.empty((self.capacity, *shape), dtype=self.dtype)
+        elif row >= len(values):
+            values = self.values = np.concatenate([values, np.empty_like(values)])
+        try:
+            values[row] = value
+        except ValueError:
+            raise ValueError(f"recording.trajectories: {self.name} changes size within the episode (step {row}: "
+                             f"{np.size(value)} values, {values[0].size} before)") from None
+
+
 class EpisodeTrajectory:
     """One episode's frames, gathered step by step and written at its end (module doc)."""
 
@@ -79,8 +106,16 @@ class EpisodeTrajectory:
         self.keep_failures_only = settings.episodes == "failures"
         self.bounds = bounds
         self.fps = float(control_hz) if control_hz else float(settings.fps)
-        self.columns: dict[str, list[Any]] = {FEATURES[k]: [] for k in self.keys}
-        self._pending: dict[str, Any] = {}  # the observation's part of the frame being built
+        capacity = int(getattr(env, "max_steps", 0) or 0)
+        self.columns = {FEATURES[k]: FrameColumn(FEATURES[k], capacity, FLAGS.get(k, np.float32))
+                        for k in self.keys}
+        self._observed = [(OBSERVATION_KEYS[k], self.columns[FEATURES[k]]) for k in self.keys if k in OBSERVATION_KEYS]
+        self._action = self.columns.get("action")
+        self._applied = self.columns.get("applied_action")
+        self._reward = self.columns.get("next.reward")
+        self._success = self.columns.get("next.success")
+        self._done = self.columns.get("next.done")
+        self._progress = self.columns.get("next.progress")
         self.cameras = list(settings.cameras)
         self.width = int(settings.width or 224)
         self.height = int(settings.height or settings.width or 224)
@@ -91,35 +126,30 @@ class EpisodeTrajectory:
     def observe(self, env: Any, observation: dict[str, Any]) -> None:
         """The observation the next action answers: the first one, then the one after every step the episode
         goes on from (not the final one: a frame is an observation with the action taken from it)."""
-        for key in self.keys:
-            if key in OBSERVATION_KEYS:
-                value = observation.get(OBSERVATION_KEYS[key])
-                if value is None:
-                    raise KeyError(f"recording.trajectories: the observation has no {OBSERVATION_KEYS[key]!r} "
-                                   f"for key {key!r}")
-                self._pending[FEATURES[key]] = np.asarray(value, dtype=np.float32).reshape(-1)
+        for key, column in self._observed:
+            value = observation.get(key)
+            if value is None:
+                raise KeyError(f"recording.trajectories: the observation has no {key!r}")
+            column.put(self.frames, value)
         for camera in self.cameras:
             self._video(camera).append(self._frame(env, observation, camera))
 
     def step(self, action: np.ndarray, success: bool, done: bool, info: dict[str, Any]) -> None:
         """The frame of one step: the pending observation, the action sent, and what the step gave."""
-        row = dict(self._pending)
-        if "action" in self.keys:
-            row["action"] = np.asarray(action, dtype=np.float32).reshape(-1)
-        if "applied_action" in self.keys:
-            applied = action if self.bounds is None else np.clip(action.reshape(-1), *self.bounds)
-            row["applied_action"] = np.asarray(applied, dtype=np.float32).reshape(-1)
-        if "reward" in self.keys:
-            row["next.reward"] = _number(info.get("reward"))
-        if "success" in self.keys:
-            row["next.success"] = bool(success)
-        if "done" in self.keys:
-            row["next.done"] = bool(done)
-        if "progress" in self.keys:
+        row = self.frames
+        if self._action is not None:
+            self._action.put(row, action)
+        if self._applied is not None:
+            self._applied.put(row, action if self.bounds is None else np.clip(action.reshape(-1), *self.bounds))
+        if self._reward is not None:
+            self._reward.put(row, _number(info.get("reward")))
+        if self._success is not None:
+            self._success.put(row, success)
+        if self._done is not None:
+            self._done.put(row, done)
+        if self._progress is not None:
             progress = info.get("progress")
-            row["next.progress"] = _number(progress.get("overall_score") if isinstance(progress, dict) else progress)
-        for name, values in self.columns.items():
-            values.append(row[name])
+            self._progress.put(row, _number(progress.get("overall_score") if isinstance(progress, dict) else progress))
         self.frames += 1
 
     def close(self, *, status: str) -> dict[str, Any] | None:
@@ -191,30 +221,44 @@ def _number(value: Any) -> float:
         value) else math.nan
 
 
-def _write_frames(path: Path, columns: dict[str, list[Any]], frames: int, metadata: dict[str, Any]) -> None:
+def _write_frames(path: Path, columns: dict[str, Any], frames: int, metadata: dict[str, Any]) -> None:
+    """The frames as an Arrow IPC file: written on the rollout's clock once per episode, and Arrow's own file
+    format is about a third of Parquet's cost to write (0.24 ms against 0.72 ms for 60 frames of Meta-World's
+    state); the dataset written from them at the end is Parquet. `columns`: FrameColumns, or arrays (tests)."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.parent not in _MADE:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _MADE.add(path.parent)
     arrays = {"frame_index": pa.array(np.arange(frames, dtype=np.int64))}
-    for name, values in columns.items():
-        if values and isinstance(values[0], np.ndarray):
-            width = values[0].size
-            if any(v.size != width for v in values):
-                raise ValueError(f"recording.trajectories: {name} changes size within episode {metadata['episode']}")
-            flat = pa.array(np.stack(values).reshape(-1), pa.float32())
-            arrays[name] = pa.FixedSizeListArray.from_arrays(flat, width)
-        elif name in ("next.success", "next.done"):
-            arrays[name] = pa.array(values, pa.bool_())
+    for name, column in columns.items():
+        values = (column.values if isinstance(column, FrameColumn) else np.asarray(column))[:frames]
+        if values.ndim == 2:  # a vector per frame
+            arrays[name] = pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1), pa.float32()),
+                                                             values.shape[1])
         else:
-            arrays[name] = pa.array(values, pa.float32())
+            arrays[name] = pa.array(values)
     table = pa.table(arrays).replace_schema_metadata({METADATA_KEY: json.dumps(metadata).encode()})
-    pq.write_table(table, path)
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+
+
+_MADE: set[Path] = set()  # the trajectories folders this process has made (one mkdir per folder, not per episode)
 
 
 def read_trajectory(path: str | Path) -> tuple[Any, dict[str, Any]]:
     """(the frames as an Arrow table, the metadata the runner wrote)."""
-    import pyarrow.parquet as pq
+    import pyarrow as pa
 
-    table = pq.read_table(path)
+    with pa.OSFile(str(path), "rb") as source:
+        table = pa.ipc.open_file(source).read_all()
     return table, json.loads((table.schema.metadata or {}).get(METADATA_KEY, b"{}"))
+
+
+def read_metadata(path: str | Path) -> dict[str, Any]:
+    """The metadata the runner wrote, without reading the frames."""
+    import pyarrow as pa
+
+    with pa.OSFile(str(path), "rb") as source:
+        schema = pa.ipc.open_file(source).schema
+    return json.loads((schema.metadata or {}).get(METADATA_KEY, b"{}"))

@@ -43,7 +43,7 @@ def write_episode_file(out: Path, run: str, rel: str, data: bytes) -> None:
     or one of its camera videos, or a recorded video (videos/<camera>/episode_N.mp4)."""
     path = PurePosixPath(rel)
     parts = path.parts
-    trajectory = len(parts) in (2, 3) and parts[0] == TRAJECTORIES_DIR and path.suffix in (".parquet", ".mp4")
+    trajectory = len(parts) in (2, 3) and parts[0] == TRAJECTORIES_DIR and path.suffix in (".arrow", ".mp4")
     video = len(parts) == 3 and parts[0] == VIDEOS_DIR and path.suffix == ".mp4"
     if path.is_absolute() or not (trajectory or video) or any(p in ("", ".", "..") or p.startswith(".") for p in parts):
         return
