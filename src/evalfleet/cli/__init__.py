@@ -42,6 +42,7 @@ COMMANDS = (
     "evalfleet.cli.history:register",  # history
     "evalfleet.cli.board:register",  # board
     "evalfleet.cli.analysis:register",  # plot, sensitivity, compare, power
+    "evalfleet.cli.reference:register",  # reference
 )
 
 
