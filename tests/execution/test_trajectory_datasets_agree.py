@@ -221,8 +221,8 @@ def test_sigkill_mid_episode_then_resume_writes_the_same_dataset(experiment, ref
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        (held / "release").touch()  # the orphaned runners' policy call returns; they see their supervisor gone
     assert proc.returncode == -signal.SIGKILL
-    (held / "release").touch()  # the orphaned runners' policy call returns; they see their supervisor gone
     assert all(process_gone(pid, timeout=60) for pid in waiting)
     done = run_evalfleet("run", "--resume", "--output", str(out), "--workers", "2", "--no-progress")
     assert done.returncode == 0, done.stderr[-3000:]
