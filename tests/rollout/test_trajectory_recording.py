@@ -139,3 +139,11 @@ def test_a_camera_is_recorded_one_frame_per_step(tmp_path) -> None:
         path = tmp_path / "o" / "push_expert" / rec["trajectory"]["videos"]["corner"]
         with av.open(str(path)) as container:
             assert sum(1 for _ in container.decode(video=0)) == rec["episode_length"]
+
+
+def test_one_dataset_per_run_when_asked(tmp_path) -> None:
+    records = evaluate(noisy_expert(0.0), tmp_path / "o", "{keys: [state, action], dataset: run}", episodes=3,
+                       max_steps=20)
+    info = json.loads((tmp_path / "o" / "push_expert" / "dataset" / "meta" / "info.json").read_text())
+    assert (info["total_episodes"], info["total_frames"]) == (3, sum(r["episode_length"] for r in records))
+    assert not (tmp_path / "o" / "dataset").exists()  # no Experiment-wide dataset beside it
