@@ -56,7 +56,7 @@ class TypedSection(BaseModel):
     """`environment` or `policy`: a registry `type` plus that type's options (validated by the type)."""
 
     model_config = ConfigDict(extra="allow")
-    type: str = Field(min_length=1, max_length=MAX_TYPE)
+    type: str = Field(min_length=1, max_length=MAX_TYPE)  # a registered type (`evalfleet variations`), or a path
 
     @field_validator("type")
     @classmethod
@@ -75,8 +75,8 @@ class PolicySection(TypedSection):
 
 
 class RolloutLimit(Strict):
-    num_episodes: Int | None = Field(default=None, gt=0, le=MAX_EPISODES)
-    num_steps: Int | None = Field(default=None, gt=0, le=MAX_STEPS)
+    num_episodes: Int | None = Field(default=None, gt=0, le=MAX_EPISODES)  # episodes 0..N-1 of the plan
+    num_steps: Int | None = Field(default=None, gt=0, le=MAX_STEPS)  # or: new episodes until this many steps
 
     @model_validator(mode="after")
     def exactly_one(self) -> "RolloutLimit":
@@ -88,8 +88,8 @@ class RolloutLimit(Strict):
 class EnvironmentBuilder(BaseModel):
     # Arena's builder carries simulator flags we do not know; known environment types reject extras.
     model_config = ConfigDict(extra="allow")
-    num_envs: Int = Field(default=1, gt=0, le=MAX_ENVS)
-    seed: Int | None = Field(default=None, ge=0, le=MAX_SEED)
+    num_envs: Int = Field(default=1, gt=0, le=MAX_ENVS)  # env instances one runner steps in lockstep
+    seed: Int | None = Field(default=None, ge=0, le=MAX_SEED)  # Arena's builder seed (episode seeds come from the plan)
     # Isaac Lab Arena's ArenaEnvBuilderCfg keys, typed so a bad value is refused at load. An evalfleet environment
     # gets each one's equivalent, or a UserError naming it (experiment/arena_keys.py).
     placement_seed: Int | None = Field(default=None, ge=0, le=MAX_SEED)
@@ -132,14 +132,14 @@ class VariationSpec(BaseModel):
     Extra keys are the variation's own options, checked by the environment type."""
 
     model_config = ConfigDict(extra="allow")
-    enabled: bool = False
-    sampler_cfg: SamplerCfg | None = None
-    distribution: Distribution | None = None
-    low: SamplerValue | None = None
+    enabled: bool = False  # a variation that is not enabled leaves the scene at its nominal value
+    sampler_cfg: SamplerCfg | None = None  # Arena's spelling of low/high
+    distribution: Distribution | None = None  # uniform, normal or choice (default: the variation's own sampler)
+    low: SamplerValue | None = None  # uniform's bounds (a number, or a vector for a vector variation)
     high: SamplerValue | None = None
-    mean: SamplerValue | None = None
+    mean: SamplerValue | None = None  # normal's parameters (low/high then clip)
     std: SamplerValue | None = None
-    values: list[Any] | None = None
+    values: list[Any] | None = None  # choice: one of these, uniformly
 
     @model_validator(mode="after")
     def check_sampler(self) -> "VariationSpec":
@@ -221,14 +221,15 @@ class Trajectories(Strict):
     """`recording.trajectories`: which episodes keep their per-step frames, and which keys (rollout/trajectory.py);
     collect writes them as a LeRobotDataset v3.0 (outputs/lerobot_dataset.py)."""
 
-    episodes: Literal["all", "failures", "every_n", "sample"] = "all"
+    episodes: Literal["all", "failures", "every_n", "sample"] = "all"  # which episodes keep their frames
     every_n: Int = Field(default=10, gt=0, le=MAX_EPISODES)  # `every_n`: episodes 0, n, 2n, ... of the plan
     fraction: Float = Field(default=0.1, gt=0, le=1, allow_inf_nan=False)  # `sample`: this share, chosen by seed
+    # what each frame holds (docs/trajectories.md: state, action as sent, reward, success, done, progress, ...)
     keys: list[Literal[TRAJECTORY_KEYS]] = Field(default_factory=lambda: list(DEFAULT_TRAJECTORY_KEYS),
                                                   min_length=1)
     cameras: list[Annotated[str, Field(min_length=1, max_length=MAX_CAMERA_NAME)]] = Field(
         default_factory=list, max_length=16)  # recorded at every step as video
-    width: Int | None = Field(default=None, gt=0, le=MAX_PIXELS)
+    width: Int | None = Field(default=None, gt=0, le=MAX_PIXELS)  # camera frame size (default 224)
     height: Int | None = Field(default=None, gt=0, le=MAX_PIXELS)
     dataset: Literal["experiment", "run"] = "experiment"  # one dataset for the Experiment, or one per Run
     # The dataset's frame rate where the environment declares no control rate (Meta-World declares 80 Hz).
@@ -244,12 +245,12 @@ class Trajectories(Strict):
 
 
 class Recording(Strict):
-    trajectories: Trajectories | None = None
-    video: bool = False
-    cameras: list[str] = Field(default_factory=list)
-    every_n_episodes: Int = Field(default=10, gt=0, le=MAX_EPISODES)
-    fps: Int = Field(default=20, gt=0, le=MAX_FPS)
-    width: Int | None = Field(default=None, gt=0, le=MAX_PIXELS)
+    trajectories: Trajectories | None = None  # per-step frames as a LeRobot dataset (docs/trajectories.md)
+    video: bool = False  # mp4 videos of some episodes (rollout/video.py)
+    cameras: list[str] = Field(default_factory=list)  # the cameras the videos show
+    every_n_episodes: Int = Field(default=10, gt=0, le=MAX_EPISODES)  # episodes 0, n, 2n, ... get a video
+    fps: Int = Field(default=20, gt=0, le=MAX_FPS)  # video frames per simulated second
+    width: Int | None = Field(default=None, gt=0, le=MAX_PIXELS)  # video size (default 224)
     height: Int | None = Field(default=None, gt=0, le=MAX_PIXELS)
     every_step: bool = False  # a frame after every control step, not only the `fps` frames (rollout/video.py)
     # Meshes in video frames are simplified so no vertex moves more than this many pixels (sim/mesh_detail.py);
@@ -307,24 +308,24 @@ class SuccessRule(Strict):
     """`success:` of a Run: a success ends the episode only once it has held `hold_steps` consecutive steps (Arena's
     success streaks), so a success that flickers for one step is not counted (rollout/runner.py: `_ending`)."""
 
-    hold_steps: Int = Field(default=1, ge=1, le=MAX_HOLD_STEPS)
+    hold_steps: Int = Field(default=1, ge=1, le=MAX_HOLD_STEPS)  # consecutive steps a success must hold
 
 
 class Run(Strict):
-    environment: TypedSection
-    policy: PolicySection
-    rollout_limit: RolloutLimit
+    environment: TypedSection  # the simulated task: `type` and that type's options (docs/reference/environments.md)
+    policy: PolicySection  # the policy: `type` and that type's options
+    rollout_limit: RolloutLimit  # how many episodes (or steps) the Run plays
     environment_builder: EnvironmentBuilder = Field(default_factory=EnvironmentBuilder)
     # Flat "asset.variation" → spec (the loader flattens Arena's nested asset → variation form).
     variations: dict[str, VariationSpec] = Field(default_factory=dict)
-    task: str | None = None
-    policy_name: str | None = None
-    recording: Recording = Field(default_factory=Recording)
-    success: SuccessRule = Field(default_factory=SuccessRule)
-    max_attempts: Int = Field(default=3, gt=0, le=MAX_ATTEMPTS)
+    task: str | None = None  # the task tag (default: the environment's task): episode seeds derive from it
+    policy_name: str | None = None  # the policy tag reports and comparisons name it by (default: the policy type)
+    recording: Recording = Field(default_factory=Recording)  # videos and trajectories
+    success: SuccessRule = Field(default_factory=SuccessRule)  # when a success counts
+    max_attempts: Int = Field(default=3, gt=0, le=MAX_ATTEMPTS)  # tries of an episode that ends in an error
     # Arena: how many times its runner rebuilds the environment (one episode_results_rebuild<R>.jsonl each).
     num_rebuilds: Int | None = Field(default=None, gt=0, le=MAX_ATTEMPTS)
-    episode_timeout_s: Seconds = 600.0
+    episode_timeout_s: Seconds = 600.0  # wall-clock deadline of one episode (past it: an episode_timeout error)
     # Sequential stopping for this Run; replaces the Experiment's `stopping:` (experiment/stopping.py resolves it).
     stopping: Stopping | None = None
     # A condition set replayed (experiment/replay.py): at load `conditions: FILE` becomes the inline list.
@@ -412,9 +413,9 @@ def one_dataset(runs: dict[str, Run]) -> None:
 
 
 class Experiment(Strict):
-    name: str = "experiment"
-    seed: Int = Field(default=0, ge=0, le=MAX_SEED)
-    runs: dict[str, Run]
+    name: str = "experiment"  # names the output folder (outputs/<name>-<time>) and the report
+    seed: Int = Field(default=0, ge=0, le=MAX_SEED)  # every episode's seed derives from it, the task tag and the index
+    runs: dict[str, Run]  # the Runs by name
     # per_run: a policy server for every Run that needs one; per_policy: one server for all Runs
     # whose server-side policy settings are identical (batched across them).
     server_sharing: Literal["per_run", "per_policy"] = "per_run"
