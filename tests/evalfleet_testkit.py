@@ -46,6 +46,24 @@ os.fork = _counted_fork
 """
 
 
+def wait_for(predicate, *, what: str, timeout: float = 120.0):
+    """`predicate()`'s first true value, polled until it comes; AssertionError naming `what` past `timeout` (a bound
+    on a hang, not a timing)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def runners_at_gate(gate: Path, count: int) -> list[int] | None:
+    """The pids of the runners waiting at a test gate (evalfleet_test_plugins.GatedExpert), once `count` are."""
+    pids = [int(p.name.split(".")[0]) for p in gate.glob("*.waiting")]
+    return pids if len(pids) == count else None
+
+
 def process_gone(pid: int, timeout: float = 20.0) -> bool:
     """Whether process `pid` has exited (gone, or a zombie) within `timeout` seconds."""
     deadline = time.monotonic() + timeout

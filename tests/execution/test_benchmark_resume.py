@@ -8,12 +8,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from evalfleet_testkit import evalfleet_cmd, plugin_env, results_by_episode, run_evalfleet
+from evalfleet_testkit import (evalfleet_cmd, plugin_env, results_by_episode, run_evalfleet, runners_at_gate,
+                               wait_for)
 
 pytest.importorskip("gym_pusht")
 pytest.importorskip("robosuite")
@@ -92,28 +92,12 @@ def _records_so_far(out: Path) -> int:
     return sum(len(p.read_text().splitlines()) for p in out.glob("*/parts/*.jsonl"))
 
 
-def _wait_for(predicate, timeout: float = 120.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except (ProcessLookupError, OSError):
         return False
-
-
-def _all_at_gate(gate: Path, workers: int) -> list[int] | None:
-    """The pids of the runner processes waiting at the gate, once `workers` of them are."""
-    pids = [int(p.name.split(".")[0]) for p in gate.glob("*.waiting")]
-    return pids if len(pids) == workers else None
 
 
 def test_sigkill_midway_then_resume_gives_the_uninterrupted_results(write_experiment, tmp_path):
@@ -140,7 +124,7 @@ def test_sigkill_midway_then_resume_gives_the_uninterrupted_results(write_experi
                               env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         # Both workers have finished 2 episodes each and wait midway through their next one.
-        pids = _wait_for(lambda: _all_at_gate(gate, 2), what="both workers at the gate")
+        pids = wait_for(lambda: runners_at_gate(gate, 2), what="both workers at the gate")
         killed.send_signal(signal.SIGKILL)
         killed.wait()
     finally:
@@ -151,7 +135,7 @@ def test_sigkill_midway_then_resume_gives_the_uninterrupted_results(write_experi
     # The orphaned runners go on from the gate, notice their supervisor is gone and stop on their own; the
     # resumed run (same Experiment, same gate) passes it.
     (gate / "release").touch()
-    _wait_for(lambda: not any(_alive(p) for p in pids), timeout=30, what="orphaned runners to stop")
+    wait_for(lambda: not any(_alive(p) for p in pids), timeout=30, what="orphaned runners to stop")
 
     done = run_evalfleet("run", "--resume", "--output", str(out), "--workers", "2", "--no-progress", env=env)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -7,12 +7,12 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from evalfleet_testkit import evalfleet_cmd, metaworld_run, plugin_env, results_by_episode, run_evalfleet
+from evalfleet_testkit import (evalfleet_cmd, metaworld_run, plugin_env, results_by_episode, run_evalfleet,
+                               runners_at_gate, wait_for)
 
 pytestmark = pytest.mark.slow
 
@@ -46,27 +46,11 @@ def reference(tmp_path_factory):
     return path, results_by_episode(out)
 
 
-def _wait_for(predicate, timeout=120.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _gated(gate: Path, after_episodes: int = 2) -> dict:
     """The expert, held at `gate` once each runner process has started `after_episodes` episodes (see
     evalfleet_test_plugins.GatedExpert): what a test interrupts there is still pending, on any machine."""
     gate.mkdir()
     return {"type": "test_gated_expert", "gate": str(gate), "after_episodes": after_episodes}
-
-
-def _all_at_gate(gate: Path, workers: int) -> list[int] | None:
-    """The pids of the runner processes waiting at the gate, once `workers` of them are."""
-    pids = [int(p.name.split(".")[0]) for p in gate.glob("*.waiting")]
-    return pids if len(pids) == workers else None
 
 
 def _records_so_far(out: Path) -> int:
@@ -113,14 +97,14 @@ def test_sigkill_of_evalfleet_run_then_resume_completes_identically(reference, w
     proc = subprocess.Popen(evalfleet_cmd("run", str(path), "--output", str(out), "--workers", "2", "--shard-size", "3",
                                           "--no-progress"), env=plugin_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-    pids = _wait_for(lambda: _all_at_gate(gate, 2), what="both workers at the gate")
+    pids = wait_for(lambda: runners_at_gate(gate, 2), what="both workers at the gate")
     assert _records_so_far(out) >= 3
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert _records_so_far(out) < 16
     # Orphaned runners notice their supervisor is gone and stop on their own (once their policy call returns).
     (gate / "release").touch()
-    _wait_for(lambda: not any(_alive(p) for p in pids), timeout=30, what="orphaned runners to stop")
+    wait_for(lambda: not any(_alive(p) for p in pids), timeout=30, what="orphaned runners to stop")
     done = run_evalfleet("run", "--resume", "--output", str(out), "--workers", "2", "--no-progress")
     assert done.returncode == 0, done.stderr
     assert results_by_episode(out) == expected
@@ -150,7 +134,7 @@ def test_a_killed_or_hung_runner_is_relaunched_and_loses_nothing(reference, writ
                                           "--no-progress", "--stall-timeout", "10", "--max-restarts", "2"),
                             env=plugin_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, text=True)
-    (pid,) = _wait_for(lambda: _all_at_gate(gate, 1), what="the runner waiting in its second episode")
+    (pid,) = wait_for(lambda: runners_at_gate(gate, 1), what="the runner waiting in its second episode")
     os.kill(pid, sig)
     (gate / "release").touch()  # the relaunched runner passes
     _, stderr = proc.communicate(timeout=300)
@@ -201,7 +185,7 @@ def test_ctrl_c_stops_cleanly_and_resume_completes(reference, write_experiment, 
                                           "--no-progress"), env=plugin_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     # Each worker has finished 2 episodes and waits in its 3rd: Ctrl-C lands while work is pending.
-    pids = _wait_for(lambda: _all_at_gate(gate, 2), what="both workers at the gate")
+    pids = wait_for(lambda: runners_at_gate(gate, 2), what="both workers at the gate")
     assert _records_so_far(out) >= 3
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=120)

@@ -12,14 +12,14 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 
-from evalfleet_testkit import evalfleet_cmd, plugin_env, process_gone, results_by_episode, run_evalfleet
+from evalfleet_testkit import (evalfleet_cmd, plugin_env, process_gone, results_by_episode, run_evalfleet,
+                               runners_at_gate, wait_for)
 
 pytestmark = pytest.mark.slow
 
@@ -185,22 +185,6 @@ def test_ray_writes_the_same_dataset(experiment, reference):
     assert_same_dataset(out, reference)
 
 
-def _wait_for(predicate, what: str, timeout: float = 120.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def waiting_runners(gate: Path, count: int) -> list[int] | None:
-    """The pids of the runners waiting at the gate, once `count` of them are."""
-    pids = [int(p.name.split(".")[0]) for p in gate.glob("*.waiting")]
-    return pids if len(pids) == count else None
-
-
 def test_sigkill_mid_episode_then_resume_writes_the_same_dataset(experiment, reference):
     """Each runner records one episode, then waits at the gate inside its next, its camera's mp4 half written under
     a temporary name; `evalfleet run` is SIGKILLed there, the orphaned runners stop, `--resume` completes."""
@@ -212,7 +196,7 @@ def test_sigkill_mid_episode_then_resume_writes_the_same_dataset(experiment, ref
                             env=plugin_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
-        waiting = _wait_for(lambda: waiting_runners(held, 2), "both runners at the gate")
+        waiting = wait_for(lambda: runners_at_gate(held, 2), what="both runners at the gate")
         recorded = [json.loads(line) for p in out.glob("*/parts/*.jsonl") for line in p.read_text().splitlines()]
         assert 2 <= len(recorded) < 6 and all((out / r["run"] / "trajectories" / f"episode_{r['episode']:06d}.arrow")
                                           .is_file() for r in recorded)
