@@ -186,35 +186,41 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
+def _key_rows(keys: list[Key]) -> list[list[str]]:
+    return [[f"`{k.path}`", _cell(k.type), _cell(k.default), _cell(k.bounds), _cell(k.description)] for k in keys]
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table after a blank line; cells already escaped."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n" + "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
+
+
 def pages() -> dict[str, str]:
     """The reference pages' Markdown, by file name."""
     head = "<!-- made by `evalfleet reference --output docs/reference`: edit the code, not this page -->\n\n"
-    rows = "".join(f"| `{k.path}` | {_cell(k.type)} | {_cell(k.default)} | {_cell(k.bounds)} | {_cell(k.description)} "
-                   "|\n" for k in experiment_keys())
     experiment = (head + "# Experiment keys\n\nEvery key an Experiment file takes, from the schema's models "
                   "(`experiment/schema.py`). `runs.<name>` is one Run; `shared` takes the same keys as a Run and "
                   "is merged into every Run. `environment` and `policy` take a `type` and that type's options "
-                  "(see environments.md and `evalfleet plan`).\n\n| key | type | default | bounds | what it is |\n"
-                  "|---|---|---|---|---|\n" + rows)
+                  "(see environments.md and `evalfleet plan`).\n" + _table(
+                      ["key", "type", "default", "bounds", "what it is"], _key_rows(experiment_keys())))
     parts = [head + "# Environment types\n\nEvery registered environment type, its options and its variations "
              "(the registry: `sim/*_spec.py`).\n"]
     for env in environment_types():
         parts.append(f"\n## `{env['name']}`\n\n{_cell(env['summary'])}\n")
         if env["options"]:
-            parts.append("\n| option | type | default | bounds | what it is |\n|---|---|---|---|---|\n" + "".join(
-                f"| `{k.path}` | {_cell(k.type)} | {_cell(k.default)} | {_cell(k.bounds)} | {_cell(k.description)} |\n"
-                for k in env["options"]))
+            parts.append(_table(["option", "type", "default", "bounds", "what it is"], _key_rows(env["options"])))
         if env["variations"]:
-            parts.append("\n| variation | kind | what it changes |\n|---|---|---|\n" + "".join(
-                f"| `{v.name}` | {v.kind} | {_cell(v.description)} |\n" for v in env["variations"]))
+            parts.append(_table(["variation", "kind", "what it changes"],
+                                [[f"`{v.name}`", v.kind, _cell(v.description)] for v in env["variations"]]))
     lines = [head + "# Commands\n\nEvery command and its arguments, from the command line's parsers "
              "(`cli/`).\n"]
     for command in commands():
         lines.append(f"\n## `{command['name']}`\n\n{_cell(command['help'])}\n")
         if command["arguments"]:
-            lines.append("\n| argument | default | what it does |\n|---|---|---|\n" + "".join(
-                f"| `{_cell(a['flags'])}` | {_cell(a['default'])} | {_cell(a['help'])} |\n"
-                for a in command["arguments"]))
+            lines.append(_table(["argument", "default", "what it does"],
+                                [[f"`{_cell(a['flags'])}`", _cell(a["default"]), _cell(a["help"])]
+                                 for a in command["arguments"]]))
     return {"experiment.md": experiment, "environments.md": "".join(parts), "commands.md": "".join(lines)}
 
 

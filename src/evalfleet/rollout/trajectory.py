@@ -227,9 +227,7 @@ def _write_frames(path: Path, columns: dict[str, Any], frames: int, metadata: di
     state); the dataset written from them at the end is Parquet. `columns`: FrameColumns, or arrays (tests)."""
     import pyarrow as pa
 
-    if path.parent not in _MADE:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _MADE.add(path.parent)
+    path.parent.mkdir(parents=True, exist_ok=True)
     arrays = {"frame_index": pa.array(np.arange(frames, dtype=np.int64))}
     for name, column in columns.items():
         values = (column.values if isinstance(column, FrameColumn) else np.asarray(column))[:frames]
@@ -241,9 +239,6 @@ def _write_frames(path: Path, columns: dict[str, Any], frames: int, metadata: di
     table = pa.table(arrays).replace_schema_metadata({METADATA_KEY: json.dumps(metadata).encode()})
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
-
-
-_MADE: set[Path] = set()  # the trajectories folders this process has made (one mkdir per folder, not per episode)
 
 
 def read_trajectory(path: str | Path) -> tuple[Any, dict[str, Any]]:
