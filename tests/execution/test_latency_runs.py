@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evalfleet_testkit import evalfleet_cmd, metaworld_run, plugin_env, run_evalfleet
+from evalfleet_testkit import (evalfleet_cmd, metaworld_run, plugin_env, process_gone, run_evalfleet,
+                               runners_at_gate, wait_for)
 
 pytestmark = pytest.mark.slow
 
@@ -68,7 +69,7 @@ def test_workers_and_num_envs_do_not_change_simulated_latency_records(reference,
 
 
 def test_sigkill_then_resume_gives_the_same_simulated_latency_records(reference, write_experiment, tmp_path):
-    from test_local_backend import _all_at_gate, _alive, _records_so_far, _wait_for
+    from test_local_backend import _records_so_far
 
     _, expected = reference
     gate = tmp_path / "gate"
@@ -78,12 +79,12 @@ def test_sigkill_then_resume_gives_the_same_simulated_latency_records(reference,
     proc = subprocess.Popen(evalfleet_cmd("run", str(path), "--output", str(out), "--workers", "2", "--shard-size", "3",
                                           "--no-progress"), env=plugin_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-    pids = _wait_for(lambda: _all_at_gate(gate, 2), what="both workers at the gate")
+    pids = wait_for(lambda: runners_at_gate(gate, 2), what="both workers at the gate")
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert 0 < _records_so_far(out) < 12
     (gate / "release").touch()
-    _wait_for(lambda: not any(_alive(p) for p in pids), timeout=30, what="orphaned runners to stop")
+    assert all(process_gone(p, timeout=30) for p in pids), "orphaned runners still running"
     done = run_evalfleet("run", "--resume", "--output", str(out), "--workers", "2", "--no-progress")
     assert done.returncode == 0, done.stderr
     assert _records(out) == expected
