@@ -4,8 +4,8 @@ progress and a 32 px camera) through `evalfleet run` as real processes on 1 work
 (a private local instance), and SIGKILLed while both runners are inside an episode whose camera video is being
 written, then `--resume`d. Each OUT/dataset/ equals the 1-worker one: the data Parquet frames (every column, in the
 same `index` / `episode_index` order), the meta/episodes rows, meta/tasks, meta/info.json, meta/stats.json (numbers
-to float tolerance) and the decoded video frames (bit-exact: one-thread libx264 is deterministic; only the
-container's timestamps are left out, as they are the packet copy's)."""
+to float tolerance) and the decoded video frames (bit-exact: one-thread libx264 without its macroblock tree is
+deterministic; only the container's timestamps are left out, as they are the packet copy's)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,8 @@ is made on first use, so only an episode that records creates one, and the env k
 observation's own `observation/images/<camera>` when the Run renders that camera at the recording size
 anyway. Encoded in this process with PyAV (FFmpeg's libraries, libx264 included, ship in its wheels):
 no ffmpeg process per video, one encoder thread (a worker already has a core of its own), x264's
-`veryfast` preset (a fraction of the default preset's CPU for these small frames). H.264 wants sizes
+`veryfast` preset (a fraction of the default preset's CPU for these small frames) with its macroblock tree off
+(the one part of x264 that is not deterministic: see X264_PARAMS). H.264 wants sizes
 that are multiples of 16, so other sizes are scaled to the next multiple of 16 (choose width/height as
 multiples of 16 to keep them exact).
 """
@@ -40,6 +41,10 @@ from evalfleet.sim.base import with_defaults
 DEFAULT_SIZE = 224
 MACRO_BLOCK = 16
 X264_PRESET = "veryfast"
+# x264's macroblock tree is not deterministic even on one thread: the same frames encoded 300 times gave 3 to 9
+# different bitstreams (decoded pixels off by up to 42 levels), with it off none in 800. A recorded trajectory
+# must be the same however its Experiment ran (issue #54), so it is off; CRF keeps the quality.
+X264_PARAMS = "mbtree=0"
 
 
 def video_relpath(camera: str, episode: int) -> str:
@@ -102,7 +107,7 @@ class Mp4Writer:
             self._stream.width, self._stream.height = padded(width), padded(height)
             self._stream.pix_fmt = "yuv420p"
             self._stream.codec_context.thread_count = 1
-            self._stream.options = {"preset": X264_PRESET}
+            self._stream.options = {"preset": X264_PRESET, "x264-params": X264_PARAMS}
         except BaseException:
             self._container.close()
             self._file.close()
