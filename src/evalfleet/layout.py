@@ -66,6 +66,7 @@ RUN_TIMINGS_DIR = "timings"
 # --- inside INTERNAL_DIR -------------------------------------------------------------------------------
 WIRED_EXPERIMENT_FILE = "experiment.wired.yaml"  # experiment.yaml wired to this invocation's server ports
 CLAIMS_DIR = "claims"
+FEED_DIR = "feed"  # the shards a sequential Experiment's driver releases to runners that keep running (shard_feed.py)
 RUN_TIMINGS_FILE = "timings-run.json"  # the run process's own phases (server_start), merged by collect
 SLURM_DIR = "slurm"  # the Slurm backend's sbatch scripts, job logs, server addresses and job ids
 LOCK_FILE = "lock"  # flock'd by the one process writing the folder; holds {pid, host, since} (outputs/output_lock.py)

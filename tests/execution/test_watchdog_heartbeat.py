@@ -70,7 +70,7 @@ def test_counters_not_given_keep_their_value(tmp_path):
 
 
 def test_bad_state_is_rejected(tmp_path):
-    with pytest.raises(ValueError, match="starting, running, done"):
+    with pytest.raises(ValueError, match="starting, running, waiting, done"):
         HeartbeatWriter(tmp_path / "hb.json", "s").beat(state="busy")
 
 

@@ -90,6 +90,18 @@ def test_stall_after_progress():
     assert "steps=10" in action.reason and m.current.last_progress_at == 1.0
 
 
+def test_a_runner_waiting_for_shards_is_alive_while_it_rewrites_its_heartbeat():
+    """Between shards a runner waits for the driver (execution/shard_feed.py): no steps, but each rewrite of its
+    "waiting" heartbeat is a sign of life; once it stops rewriting (a frozen process) it stalls as any other."""
+    m = started()
+    m.step(1.0, heartbeat=hb(steps=10))
+    for t in (2.0, 4.0, 6.0, 8.0, 10.0):  # waiting far past the stall timeout, rewritten every 2 s
+        assert m.step(t, heartbeat={**hb(steps=10, state="waiting"), "time": t}) == Wait(t + CFG.stall_timeout)
+    assert m.step(13.9, heartbeat={**hb(steps=10, state="waiting"), "time": 10.0}) == Wait(14.0)
+    action = m.step(14.0, heartbeat={**hb(steps=10, state="waiting"), "time": 10.0})
+    assert isinstance(action, Terminate) and action.outcome == "stalled"
+
+
 def test_missing_heartbeat_reading_is_not_progress_and_not_a_stall_by_itself():
     m = started()
     m.step(1.0, heartbeat=hb(steps=1))

@@ -62,6 +62,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--claim-dir", metavar="DIR", default=None,
                    help="share the shards with other workers: run only those this worker claims here")
     p.add_argument("--worker-id", default="0", help="this worker's name in --claim-dir")
+    p.add_argument("--feed", metavar="DIR", default=None,
+                   help="take shards from a driver's shard feed until it closes (needs --claim-dir; "
+                        "execution/shard_feed.py)")
     p.set_defaults(handler=cmd_runner)
 
 
@@ -147,4 +150,4 @@ def cmd_runner(args: argparse.Namespace) -> int:
     from evalfleet.execution.worker import run_worker
 
     return run_worker(experiment_path(args), args.output, overrides=args.overrides, shards=args.shard, runs=args.run,
-                      heartbeat=args.heartbeat, claim_dir=args.claim_dir, worker_id=args.worker_id)
+                      heartbeat=args.heartbeat, claim_dir=args.claim_dir, worker_id=args.worker_id, feed=args.feed)

@@ -7,10 +7,11 @@ The pipeline (execution/pipeline.py) drives a backend through one protocol:
     serve(job)         a context manager: start the policy servers the plan needs where this backend runs
                        them, and yield the experiment file runners load (wired to those servers)
     execute(job, experiment_file) -> [WorkerResult]
-                       run every pending shard under the watchdog, appending records to OUT/<run>/parts/,
-                       showing progress from the growing logs; a worker that gives up is reported in its
-                       WorkerResult (its Runs are marked failed by the pipeline); Ctrl-C stops everything,
-                       keeps what finished and propagates KeyboardInterrupt
+                       run every pending shard under the watchdog (a backend that `keeps_runners`: every
+                       shard released in `job.feed` until it closes, when the job has one), appending records
+                       to OUT/<run>/parts/, showing progress from the growing logs; a worker that gives up is
+                       reported in its WorkerResult (its Runs are marked failed by the pipeline); Ctrl-C stops
+                       everything, keeps what finished and propagates KeyboardInterrupt
     close()            disconnect
     submit(loaded, ...) -> int
                        hand the whole Experiment to a cluster instead (`evalfleet submit`): OSMO workflows,
@@ -33,6 +34,7 @@ from evalfleet.errors import UserError
 from evalfleet.execution.watchdog import WatchdogConfig
 from evalfleet.experiment.loading import LoadedExperiment
 from evalfleet.experiment.plan import Plan, Shard
+from evalfleet.execution.shard_feed import ShardFeed
 from evalfleet.layout import EXPERIMENT_FILE
 
 
@@ -50,6 +52,10 @@ class ExecutionJob:
     # thread of its own: the call returns at once); a backend may call it once, or never. On cores the workers
     # fill, it then shares every core's time with them, instead of holding one core alone at the end.
     background_work: Callable[[], None] | None = None
+    # Given only to a backend that `keeps_runners`: its runners take the shards the driver releases in this feed
+    # until it is closed (execution/shard_feed.py), instead of `plan.shards`; the plan still covers every shard
+    # that may be released (for sizes, progress and the Runs' folders).
+    feed: "ShardFeed | None" = None
 
     def ordered_shards(self) -> list[Shard]:
         return ordered_shards(self.plan)
@@ -83,6 +89,7 @@ class Backend(Protocol):
     name: str
     resume_hint: str  # the flags that continue an interrupted run on this backend
     cheap_shards: bool  # one process runs many shards, so a default plan ends each Run with smaller ones
+    keeps_runners: bool  # its runners take shards from a job's `feed` while they run (sequential stopping's looks)
 
     def check(self) -> None: ...
 
@@ -106,6 +113,7 @@ class BackendBase:
     name = "?"
     resume_hint = ""
     cheap_shards = False  # a shard is a process or a task of its own (Ray, Slurm, OSMO): as few as balance allows
+    keeps_runners = False  # each `execute` starts its runners: sequential stopping's looks are one execute each
 
     def check(self) -> None:
         pass

@@ -31,13 +31,16 @@ def parse_shard(text: str, plan: Plan, where: str) -> Shard:
 
 def runner_command(experiment: str | Path, output: str | Path, shards: Iterable[Shard] = (), *,
                    claim_dir: str | Path | None = None, worker_id: str | int | None = None,
-                   python: str | None = None) -> list[str]:
+                   python: str | None = None, feed: str | Path | None = None) -> list[str]:
     """argv of one runner: the experiment file, the output folder, the shards (none: every shard) and,
-    for workers sharing a list, where they claim shards. The runner's Python never has the current
-    folder on `sys.path` (`interpreter.python_command`)."""
+    for workers sharing a list, where they claim shards; with `feed`, the shards come from the driver's shard
+    feed instead (execution/shard_feed.py). The runner's Python never has the current folder on `sys.path`
+    (`interpreter.python_command`)."""
     cmd = [*python_command(python), "-m", "evalfleet.cli", "runner", str(experiment), "--output", str(output)]
     if claim_dir is not None:
         cmd += ["--claim-dir", str(claim_dir), "--worker-id", str(worker_id if worker_id is not None else 0)]
+    if feed is not None:
+        cmd += ["--feed", str(feed)]
     for shard in shards:
         cmd += ["--shard", shard_arg(shard)]
     return cmd

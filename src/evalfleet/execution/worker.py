@@ -84,8 +84,9 @@ def _alive(pid: int) -> bool:
 
 def run_worker(experiment: str, output: str | Path, *, overrides: list[str] = (), shards: list[str] = (),
                runs: list[str] = (), heartbeat: str | None = None, claim_dir: str | None = None,
-               worker_id: str = "0") -> int:
-    """Run the given shards (RUN:START:STOP), every shard of `runs`, or every shard; 0 done, 143 stopped."""
+               worker_id: str = "0", feed: str | None = None) -> int:
+    """Run the given shards (RUN:START:STOP), every shard of `runs`, every shard, or (`feed`) those a driver
+    releases until it closes its feed; 0 done, 143 stopped."""
     started = time.perf_counter()
     drop_working_folder()  # what an Experiment's `import:` names comes from installed modules, never from here
     loaded = load_experiment(experiment, list(overrides))
@@ -108,7 +109,14 @@ def run_worker(experiment: str, output: str | Path, *, overrides: list[str] = ()
     _stop_when_orphaned(stop)
     beat = HeartbeatWriter(heartbeat or os.environ.get(HEARTBEAT_ENV), "")
     beat.beat(state="starting")
-    if claim_dir:
+    if feed:
+        if not claim_dir or shards or runs:
+            raise UserError("--feed takes its shards from the feed: give --claim-dir, and no --shard or --run",
+                            where="command line", key="--feed")
+        from evalfleet.execution.shard_feed import fed_shards
+
+        chosen = fed_shards(Path(feed), plan, Path(claim_dir), str(worker_id), stop, beat, where=experiment)
+    elif claim_dir:
         from evalfleet.execution.claims import claim_shards
 
         chosen = claim_shards(chosen, Path(claim_dir), str(worker_id))

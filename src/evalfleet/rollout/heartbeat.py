@@ -6,7 +6,7 @@ Contract (written by `HeartbeatWriter`, read by `read_heartbeat`):
      "steps": int,        # cumulative env steps taken by this process
      "episodes": int,     # episodes finished by this process
      "time": float,       # time.time() when written
-     "state": "starting" | "running" | "done",
+     "state": "starting" | "running" | "waiting" | "done",
      "shard": str,        # which shard this process runs
      "attempt": int}      # EVALFLEET_ATTEMPT of this process (0 when not supervised)
 
@@ -31,7 +31,9 @@ from typing import Any, Callable
 HEARTBEAT_ENV = "EVALFLEET_HEARTBEAT"
 ATTEMPT_ENV = "EVALFLEET_ATTEMPT"
 SUPERVISOR_ENV = "EVALFLEET_SUPERVISOR_PID"  # the watchdog's process, which a runner stops without
-STATES = ("starting", "running", "done")
+# "waiting": between shards, for the driver to release more (execution/shard_feed.py); idle by the driver's choice,
+# so the watchdog takes each rewrite of a waiting heartbeat as a sign of life instead of asking for progress
+STATES = ("starting", "running", "waiting", "done")
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> None:

@@ -42,6 +42,7 @@ class LocalBackend(BackendBase):
     name = "local"
     resume_hint = ""
     cheap_shards = True  # each worker claims shard after shard in one process: small last shards even out the end
+    keeps_runners = True  # a job's feed: each worker's runner takes the shards released there until it closes
 
     def __init__(self, *, settings: LocalSettings | None = None, workers: int | None = None):
         self.settings = settings or LocalSettings()
@@ -120,10 +121,15 @@ class LocalRun:
         return internal_dir(self.out) / CLAIMS_DIR
 
     def worker_command(self, worker: int, shards: list[Shard]) -> list[str]:
+        feed = self.job.feed
+        if feed is not None:  # shards come from the feed, as the driver releases them
+            return runner_command(self.experiment_file, self.out, claim_dir=self.claim_dir, worker_id=worker,
+                                  feed=feed.folder)
         return runner_command(self.experiment_file, self.out, shards, claim_dir=self.claim_dir, worker_id=worker)
 
     def claimed_by(self, worker: int) -> list[Shard]:
-        return claimed_by(self.claim_dir, self.plan.shards, worker)
+        feed = self.job.feed
+        return claimed_by(self.claim_dir, feed.shards if feed is not None else self.plan.shards, worker)
 
     def execute(self) -> list[WorkerResult]:
         internal_dir(self.out).mkdir(parents=True, exist_ok=True)
@@ -196,6 +202,8 @@ class LocalRun:
         finally:
             if standby is not None:
                 standby.discard()  # a no-op once the watchdog released it
+        if result.problem and self.job.feed is not None:
+            self.job.feed.close()  # its shard will not finish: nothing more is released (the pipeline reports it)
         result.shards = self.claimed_by(result.worker)
 
 

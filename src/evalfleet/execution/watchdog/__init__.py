@@ -14,7 +14,9 @@ Liveness is progress, not output:
     read at all, "startup_timeout" when only "starting" heartbeats came).
   * running: progress is any change of (steps, episodes, state) between two heartbeat readings. No change for
     --stall-timeout (on the watchdog's own clock, from when it saw the last change) → "stalled". A heartbeat
-    rewritten with the same numbers is not progress; bytes of output are not progress.
+    rewritten with the same numbers is not progress; bytes of output are not progress. A runner waiting between
+    shards for the driver to release more (state "waiting", execution/shard_feed.py) has nothing to progress:
+    there each rewrite of its heartbeat counts, so a live waiting runner is never stalled, a frozen one is.
   A heartbeat file left by an earlier attempt is deleted before each launch and ignored if it reappears (its
   "attempt" differs, or, without one, it was written before the launch).
 

@@ -214,7 +214,9 @@ class WatchdogStateMachine:
         return Launch(rec.attempt)
 
     def _observe(self, now: float, rec: AttemptRecord, beat: dict) -> None:
-        key = (beat.get("steps", 0), beat.get("episodes", 0), beat.get("state"))
+        key = (beat.get("steps", 0), beat.get("episodes", 0), beat.get("state"),
+               # a runner waiting for the driver's next shards has no progress to show: each rewrite is its sign
+               beat.get("time") if beat.get("state") == "waiting" else None)
         if rec.first_heartbeat_at is None:
             rec.first_heartbeat_at = now
         if key == rec._last_key:

@@ -1,0 +1,75 @@
+"""Runners start once per worker for the whole Experiment (issue #57, must show 2, the local backend): a
+sequential Experiment of four looks, and a fixed-N Experiment of many shards whose runners crash once each, on
+2 workers. Runner starts are the attempts each worker's watchdog made (`.evalfleet/worker-N.status.json`, restarts
+included), and every runner that ran a shard is one of them: its pid is in the name of each shard's timings file
+(`<run>/timings/<shard>-<host>-<pid>.json`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from evalfleet_testkit import plugin_env, results_by_episode, run_evalfleet
+
+pytestmark = pytest.mark.slow
+
+SHORT = {"type": "metaworld", "task": "reach-v3", "max_steps": 60}
+
+
+def runner_starts(out: Path) -> tuple[list[int], int]:
+    """(the pid of every runner the workers' watchdogs started, how many of those starts were restarts), checked
+    against the runners that wrote shard timings."""
+    statuses = [json.loads(p.read_text()) for p in out.glob(".evalfleet/worker-*.status.json")]
+    assert len(statuses) == 2
+    started = [a["pid"] for s in statuses for a in s["attempts"]]
+    ran_shards = {int(p.stem.rsplit("-", 1)[1]) for p in out.glob("*/timings/*.json")}
+    assert ran_shards and ran_shards <= set(started), (ran_shards, started)
+    return started, sum(s["restarts"] for s in statuses)
+
+
+def run(tmp_path: Path, name: str, document: dict, *args: str) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    out = tmp_path / name
+    proc = run_evalfleet("run", str(path), "--output", str(out), "--no-progress", "--workers", "2", *args,
+                         env=plugin_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def test_a_sequential_experiment_of_four_looks_starts_one_runner_per_worker(tmp_path):
+    """Two Runs that never differ (the same expert, one with zero action noise): every look is undecided, so the
+    Experiment takes all four looks (3, 6, 9, 12 episodes), each released to the runners already running."""
+    out = run(tmp_path, "sequential", {
+        "name": "four_looks",
+        "stopping": {"wave": 3, "max_episodes": 12, "compare": {"baseline": "expert"}},
+        "shared": {"environment": SHORT, "policy": {"type": "metaworld_expert"},
+                   "rollout_limit": {"num_episodes": 12}},
+        "runs": {"expert": {"policy_name": "expert"},
+                 "same": {"policy_name": "same", "variations": {"robot.action_noise": {
+                     "enabled": True, "distribution": "uniform", "low": 0.0, "high": 0.0}}}},
+    }, "--shard-size", "1")
+    result = json.loads((out / "experiment_result.json").read_text())
+    assert [(c["verdict"], c["stopped_at"]) for c in result["comparisons"]] == [("undecided", 12)]
+    assert len(results_by_episode(out)) == 24
+    assert len({p.name.split("-")[0] for p in out.glob("*/timings/*.json")}) == 12  # shards of one episode each
+    started, restarted = runner_starts(out)
+    assert len(started) == 2 and restarted == 0
+
+
+def test_a_fixed_experiment_of_many_shards_starts_one_runner_per_worker_and_one_per_crash(tmp_path):
+    """24 one-episode shards; each runner's first attempt SIGKILLs itself at its 30th policy call, and the watchdog
+    starts it again: 2 runners plus one per crash, however many of the shards each took."""
+    out = run(tmp_path, "fixed", {
+        "name": "many_shards",
+        "shared": {"environment": SHORT, "rollout_limit": {"num_episodes": 12}},
+        "runs": {"expert": {"policy": {"type": "metaworld_expert"}},
+                 "crashing": {"policy": {"type": "test_kill_self", "at_episode_calls": 30}}},
+    }, "--shard-size", "1")
+    assert len(results_by_episode(out)) == 24
+    started, restarted = runner_starts(out)
+    assert 1 <= restarted <= 2  # a runner that made its 30th call crashed once; at least one did
+    assert len(started) == 2 + restarted
