@@ -44,6 +44,11 @@ def test_decided_before_the_cap_with_one_worker(reference: Path) -> None:
     assert len(results_by_episode(reference)) == 2 * used  # nothing ran past the deciding look
     status = json.loads((reference / "noisy" / "run_status.json").read_text())
     assert (status["state"], status["stopped_at"], status["reason"]) == ("completed", used, "1 comparison decided")
+    saved = json.loads((reference / "experiment_result.json").read_text())["stopping_savings"]  # issue #57
+    assert saved["episodes"] == {"used": 2 * used, "fixed_n": 60, "saved": 60 - 2 * used,
+                                 "ratio": round(2 * used / 60, 3)}
+    assert 0 < saved["runner_seconds"]["used"] < saved["runner_seconds"]["fixed_n_estimate"]
+    assert "Against the fixed-N plan: " + f"{2 * used} of 60 episodes" in (reference / "index.html").read_text()
 
 
 def test_two_workers_give_the_same_decisions_and_records(experiment: Path, reference: Path) -> None:

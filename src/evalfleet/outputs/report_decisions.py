@@ -133,8 +133,28 @@ def decisions_section(result: dict[str, Any]) -> str:
         '<th>Stopped at / cap</th><th>Discordant pairs<br>(policy-only / baseline-only)</th>'
         '<th>Difference [interval]</th><th>Statistic</th>' + ("" if shared else "<th>Method</th>")
         + "</tr></thead><tbody>" + rows + "</tbody></table>"
-        + (f'<p class="note decisions-method">Method: {_e(methods[0])}</p>' if shared else "") + "</section>"
+        + (f'<p class="note decisions-method">Method: {_e(methods[0])}</p>' if shared else "")
+        + savings_line(result.get("stopping_savings")) + "</section>"
     )
+
+
+def savings_line(savings: Any) -> str:
+    """What stopping saved against the fixed-N plan: episodes, runner-seconds, wall seconds (the last two
+    estimated for the plan not run); "" without it."""
+    if not isinstance(savings, dict) or not isinstance(savings.get("episodes"), dict):
+        return ""
+    parts = []
+    for key, label in (("episodes", "episodes"), ("runner_seconds", "runner-seconds"), ("wall_seconds", "wall s")):
+        entry = savings.get(key)
+        if not isinstance(entry, dict):
+            continue
+        plan = entry.get("fixed_n", entry.get("fixed_n_estimate"))
+        estimate = "" if "fixed_n" in entry else " (est.)"
+        digits = 0 if key == "episodes" else 1
+        parts.append(f"{_num(entry.get('used'), digits)} of {_num(plan, digits)}{estimate} {label} "
+                     f"({_num(entry.get('ratio'))}×)")
+    return (f'<p class="note stopping-savings" title="{_e(savings.get("method"))}">Against the fixed-N plan: '
+            f'{_e("; ".join(parts))}</p>') if parts else ""
 
 
 # --- Ranking --------------------------------------------------------------------------------------------
