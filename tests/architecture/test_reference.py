@@ -74,3 +74,11 @@ def test_every_key_environment_and_command_is_documented() -> None:
     visit(build_parser(), "evalfleet")
     assert {"evalfleet run", "evalfleet board", "evalfleet verify", "evalfleet store add"} <= set(names)
     assert [n for n in names if f"## `{n}`" not in commands] == []
+
+
+def test_every_experiment_key_says_what_it_is():
+    """Each key of the Experiment's models has a description (a `Field(description=...)` or a comment on the
+    field, its own class's or a base's), so no row of docs/reference/experiment.md is blank."""
+    from evalfleet.cli.reference import experiment_keys
+
+    assert [k.path for k in experiment_keys() if not k.description.strip()] == []

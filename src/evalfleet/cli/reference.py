@@ -31,7 +31,17 @@ class Key:
 
 
 def field_comments(model: type) -> dict[str, str]:
-    """Each field's comment in its class's source: the `#` lines right above it, and a trailing `# ...`."""
+    """Each field's comment in the source of the class that defines it (the model's or a base's): the `#` lines
+    right above it, and a trailing `# ...`."""
+    found: dict[str, str] = {}
+    for cls in reversed(model.__mro__):  # a subclass's comment wins over its base's
+        if isinstance(cls, type) and issubclass(cls, BaseModel) and cls is not BaseModel:
+            found.update(_own_comments(cls))
+    return found
+
+
+def _own_comments(model: type) -> dict[str, str]:
+    """The comments of the fields `model`'s own class body defines."""
     try:
         source = textwrap.dedent(inspect.getsource(model))
     except (OSError, TypeError):

@@ -93,17 +93,19 @@ class EnvironmentBuilder(BaseModel):
     # Isaac Lab Arena's ArenaEnvBuilderCfg keys, typed so a bad value is refused at load. An evalfleet environment
     # gets each one's equivalent, or a UserError naming it (experiment/arena_keys.py).
     placement_seed: Int | None = Field(default=None, ge=0, le=MAX_SEED)
+    # the instruction a language-conditioned policy is given (default: the environment's own for its task)
     language_instruction: str | None = Field(default=None, min_length=1, max_length=MAX_INSTRUCTION)
-    camera_height: Int | None = Field(default=None, gt=0, le=MAX_PIXELS)
-    camera_width: Int | None = Field(default=None, gt=0, le=MAX_PIXELS)
+    camera_height: Int | None = Field(default=None, gt=0, le=MAX_PIXELS)  # the policy's camera images' size
+    camera_width: Int | None = Field(default=None, gt=0, le=MAX_PIXELS)  # (default: the environment's)
+    # a condition set (JSONL) whose rows give each episode its conditions (docs/conditions.md)
     episode_conditions_path: str | None = Field(default=None, min_length=1, max_length=MAX_TYPE)
 
 
 class RunLabels(Strict):
     """Arena's `labels: {task, policy}`: the Run's task and policy tags (`task` / `policy_name` in evalfleet)."""
 
-    task: str | None = None
-    policy: str | None = None
+    task: str | None = None  # the Run's task tag (evalfleet's `task`)
+    policy: str | None = None  # the Run's policy tag (evalfleet's `policy_name`)
 
     @field_validator("task", "policy")
     @classmethod
@@ -116,8 +118,8 @@ class SamplerCfg(BaseModel):
     `probability`) that only the Arena environment that defines the variation reads."""
 
     model_config = ConfigDict(extra="allow")
-    low: SamplerValue | None = None
-    high: SamplerValue | None = None
+    low: SamplerValue | None = None  # a uniform draw's lower bound (a number, or a vector)
+    high: SamplerValue | None = None  # and its upper bound
 
     def is_uniform(self) -> bool:
         return self.low is not None or self.high is not None
@@ -136,9 +138,9 @@ class VariationSpec(BaseModel):
     sampler_cfg: SamplerCfg | None = None  # Arena's spelling of low/high
     distribution: Distribution | None = None  # uniform, normal or choice (default: the variation's own sampler)
     low: SamplerValue | None = None  # uniform's bounds (a number, or a vector for a vector variation)
-    high: SamplerValue | None = None
+    high: SamplerValue | None = None  # uniform's upper bound (a normal's upper clip)
     mean: SamplerValue | None = None  # normal's parameters (low/high then clip)
-    std: SamplerValue | None = None
+    std: SamplerValue | None = None  # normal's standard deviation
     values: list[Any] | None = None  # choice: one of these, uniformly
 
     @model_validator(mode="after")
@@ -230,7 +232,7 @@ class Trajectories(Strict):
     cameras: list[Annotated[str, Field(min_length=1, max_length=MAX_CAMERA_NAME)]] = Field(
         default_factory=list, max_length=16)  # recorded at every step as video
     width: Int | None = Field(default=None, gt=0, le=MAX_PIXELS)  # camera frame size (default 224)
-    height: Int | None = Field(default=None, gt=0, le=MAX_PIXELS)
+    height: Int | None = Field(default=None, gt=0, le=MAX_PIXELS)  # (default: the width)
     dataset: Literal["experiment", "run"] = "experiment"  # one dataset for the Experiment, or one per Run
     # The dataset's frame rate where the environment declares no control rate (Meta-World declares 80 Hz).
     fps: Int = Field(default=10, gt=0, le=MAX_FPS)
@@ -251,7 +253,7 @@ class Recording(Strict):
     every_n_episodes: Int = Field(default=10, gt=0, le=MAX_EPISODES)  # episodes 0, n, 2n, ... get a video
     fps: Int = Field(default=20, gt=0, le=MAX_FPS)  # video frames per simulated second
     width: Int | None = Field(default=None, gt=0, le=MAX_PIXELS)  # video size (default 224)
-    height: Int | None = Field(default=None, gt=0, le=MAX_PIXELS)
+    height: Int | None = Field(default=None, gt=0, le=MAX_PIXELS)  # (default: the width)
     every_step: bool = False  # a frame after every control step, not only the `fps` frames (rollout/video.py)
     # Meshes in video frames are simplified so no vertex moves more than this many pixels (sim/mesh_detail.py);
     # 0 draws them whole. A policy's own camera images are never simplified.
@@ -261,14 +263,15 @@ class Recording(Strict):
 class Precision(Strict):
     """`stopping.precision`: stop a Run once its anytime-valid 95% interval is at most 2 * half_width wide."""
 
-    half_width: Float = Field(gt=0, le=0.5, allow_inf_nan=False)
+    half_width: Float = Field(gt=0, le=0.5, allow_inf_nan=False)  # of the success rate: 0.05 is ±5 points
 
 
 class Compare(Strict):
     """`stopping.compare`: on each task, stop each policy-vs-baseline pair of Runs once its paired test decides."""
 
     baseline: str = Field(min_length=1, max_length=MAX_TAG)  # a policy tag (`Run.policy_tag()`) on the same task
-    alpha: Float = Field(default=0.05, ge=MIN_ALPHA, lt=0.5, allow_inf_nan=False)
+    alpha: Float = Field(default=0.05, ge=MIN_ALPHA, lt=0.5, allow_inf_nan=False)  # the family's error rate (Holm)
+    # how alpha is spent over the looks: O'Brien-Fleming keeps it for the last looks, Pocock spends it evenly
     spending: Literal["obrien_fleming", "pocock", "hwang_shih_decani"] = "obrien_fleming"
     # An equivalence margin: `no_difference` once the difference's valid interval lies inside (-margin, +margin).
     margin: Float | None = Field(default=None, gt=0, lt=1, allow_inf_nan=False)
@@ -289,10 +292,10 @@ class Stopping(Strict):
     """Sequential evaluation (docs/statistics.md): decisions every `wave` episodes, in episode-index order, up
     to `max_episodes` (the cap, which the plan covers; default: the Run's rollout_limit.num_episodes)."""
 
-    wave: Int = Field(default=10, gt=0, le=MAX_EPISODES)
-    max_episodes: Int | None = Field(default=None, gt=0, le=MAX_EPISODES)
-    precision: Precision | None = None
-    compare: Compare | None = None
+    wave: Int = Field(default=10, gt=0, le=MAX_EPISODES)  # episodes per Run between two looks
+    max_episodes: Int | None = Field(default=None, gt=0, le=MAX_EPISODES)  # the cap (default: num_episodes)
+    precision: Precision | None = None  # stop a Run once its success rate is known this well
+    compare: Compare | None = None  # stop each policy-vs-baseline pair once its paired test decides
 
     @model_validator(mode="after")
     def some_rule(self) -> "Stopping":
@@ -315,6 +318,7 @@ class Run(Strict):
     environment: TypedSection  # the simulated task: `type` and that type's options (docs/reference/environments.md)
     policy: PolicySection  # the policy: `type` and that type's options
     rollout_limit: RolloutLimit  # how many episodes (or steps) the Run plays
+    # how the environment is built: env instances per runner, and Isaac Lab Arena's builder keys
     environment_builder: EnvironmentBuilder = Field(default_factory=EnvironmentBuilder)
     # Flat "asset.variation" → spec (the loader flattens Arena's nested asset → variation form).
     variations: dict[str, VariationSpec] = Field(default_factory=dict)

@@ -45,13 +45,13 @@ class LatencySpec(_Strict):
     below 0 is 0); `recorded`: a file of latencies in ms (numbers, a JSON list, or episode records' JSON lines,
     whose `policy_latency_ms` is taken), read at load into the inline list."""
 
-    fixed_ms: Float | None = LatencyMs
-    distribution: Literal["uniform", "normal", "choice"] | None = None
-    low: Float | None = LatencyMs
-    high: Float | None = LatencyMs
-    mean: Float | None = LatencyMs
-    std: Float | None = LatencyMs
-    values: list[Ms] | None = None
+    fixed_ms: Float | None = LatencyMs  # every call takes this long
+    distribution: Literal["uniform", "normal", "choice"] | None = None  # or each call's latency drawn from this
+    low: Float | None = LatencyMs  # uniform's bounds (a normal's clip), in ms
+    high: Float | None = LatencyMs  # (ms)
+    mean: Float | None = LatencyMs  # normal's mean and standard deviation, in ms
+    std: Float | None = LatencyMs  # (ms)
+    values: list[Ms] | None = None  # choice: one of these, uniformly, in ms
     # A file's values once read (`attach_recorded_latencies`) or given inline: the same bounds either way.
     recorded: Annotated[list[Ms], Field(max_length=MAX_RECORDED)] | str | None = None
 
@@ -84,10 +84,12 @@ class LatencySpec(_Strict):
 
 
 class Timing(_Strict):
+    # sync: the env waits for every action; simulated: a modelled latency in simulated time; wall_clock: real time
     mode: Literal["sync", "simulated", "wall_clock"] = "sync"
+    # the env's control rate for the latency model (default: the rate the environment declares)
     control_hz: Float | None = Field(default=None, ge=MIN_CONTROL_HZ, le=MAX_CONTROL_HZ, allow_inf_nan=False)
-    latency: LatencySpec | None = None
-    late_action: Literal["hold", "zero"] = "hold"
+    latency: LatencySpec | None = None  # simulated: how long each policy call takes
+    late_action: Literal["hold", "zero"] = "hold"  # what the env steps with while it waits: the last action or 0
 
     @model_validator(mode="after")
     def latency_fits_mode(self) -> "Timing":

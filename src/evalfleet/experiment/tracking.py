@@ -46,18 +46,18 @@ class SinkOptions(BaseModel):
 
 
 class WandbOptions(SinkOptions):
-    project: Name = "evalfleet"
-    entity: Name | None = None
+    project: Name = "evalfleet"  # the W&B project
+    entity: Name | None = None  # the W&B team or user (default: W&B's own)
     # None: WANDB_MODE, else W&B's own default (online). Offline runs are written under `dir`.
     mode: Literal["online", "offline", "disabled"] | None = None
     dir: Path | None = None  # default: OUT/tracking/wandb
-    group: Name | None = None
-    tags: list[Name] = Field(default_factory=list, max_length=50)
+    group: Name | None = None  # W&B's run group (e.g. one per training run)
+    tags: list[Name] = Field(default_factory=list, max_length=50)  # W&B's run tags
 
 
 class MlflowOptions(SinkOptions):
     tracking_uri: Path | None = None  # default: sqlite:///OUT/tracking/mlflow.db
-    experiment: Name = "evalfleet"
+    experiment: Name = "evalfleet"  # the MLflow experiment the runs go to
     artifact_location: Path | None = None  # a new experiment's; default: OUT/tracking/mlflow-artifacts
 
     @field_validator("tracking_uri")
@@ -97,10 +97,10 @@ class TrackioOptions(SinkOptions):
 
 class Tracking(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    wandb: WandbOptions | None = None
-    mlflow: MlflowOptions | None = None
-    tensorboard: TensorboardOptions | None = None
-    trackio: TrackioOptions | None = None
+    wandb: WandbOptions | None = None  # Weights & Biases (`WANDB_MODE=offline` works without a network)
+    mlflow: MlflowOptions | None = None  # MLflow (default store: sqlite in OUT/tracking)
+    tensorboard: TensorboardOptions | None = None  # TensorBoard event files
+    trackio: TrackioOptions | None = None  # trackio (Hugging Face's local tracker)
     # The longest one sink may take to log (its network waits are bounded shorter); past it the run goes on.
     timeout_s: Float = Field(default=DEFAULT_TIMEOUT_S, gt=0, le=3600, allow_inf_nan=False)
 
