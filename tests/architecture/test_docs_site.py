@@ -61,3 +61,17 @@ def test_the_site_builds_with_warnings_as_errors_and_its_links_lead_somewhere(tm
                 if unquote(parts.fragment) not in ids:
                     broken.append(f"{page.relative_to(site)}: {href} (no such anchor)")
     assert broken == []
+
+
+def test_the_readme_and_docs_link_only_files_of_the_repository():
+    """A clone has nothing beside it: every relative link of README.md and docs/ names a file or folder in it."""
+    import re
+
+    broken = []
+    for page in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text(encoding="utf-8")):
+            path = target.split("#")[0]
+            if path and not re.match(r"[a-z]+:", path) and not (page.parent / path).exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+    assert broken == []
+    assert len((ROOT / "README.md").read_bytes()) < 8 * 1024  # what a newcomer reads first; the rest is in docs/
