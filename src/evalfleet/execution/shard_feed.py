@@ -47,14 +47,16 @@ class ShardFeed:
         write_atomic(self.folder / SHARDS_FILE, "")
         return self
 
-    def release(self, shards: list[Shard]) -> None:
-        if not shards:
-            return
+    def release(self, shards: list[Shard]) -> bool:
+        """Add `shards` for the runners to take; False (nothing added) once the feed is closed: a worker that gave
+        up may close it while the driver decides."""
         with self._lock:
             if self.closed:
-                raise RuntimeError("the shard feed is closed")
-            self._shards += shards
-            write_atomic(self.folder / SHARDS_FILE, "".join(shard_arg(s) + "\n" for s in self._shards))
+                return False
+            if shards:
+                self._shards += shards
+                write_atomic(self.folder / SHARDS_FILE, "".join(shard_arg(s) + "\n" for s in self._shards))
+            return True
 
     def close(self) -> None:
         with self._lock:

@@ -106,8 +106,9 @@ class Releaser:
         if self.looks == 0:
             shards += [s for s in self.job.ordered_shards() if s.run not in self.stopping]
         if shards:
+            if not self.feed.release(shards):
+                return False  # closed under it: a worker gave up
             self.looks += 1
-            self.feed.release(shards)
         for name, run_state in current.runs.items():
             self.released[name] = max(self.released.get(name, 0), run_state.need)
         return any(r.stopped_at is None for r in current.runs.values())
