@@ -7,12 +7,15 @@ included), and every runner that ran a shard is one of them: its pid is in the n
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from evalfleet_testkit import plugin_env, results_by_episode, run_evalfleet
+from evalfleet.experiment.loading import load_experiment
+from evalfleet.experiment.plan import make_plan
+from evalfleet_testkit import PLUGINS_DIR, plugin_env, results_by_episode, run_evalfleet
 
 pytestmark = pytest.mark.slow
 
@@ -73,3 +76,30 @@ def test_a_fixed_experiment_of_many_shards_starts_one_runner_per_worker_and_one_
     started, restarted = runner_starts(out)
     assert 1 <= restarted <= 2  # a runner that made its 30th call crashed once; at least one did
     assert len(started) == 2 + restarted
+
+
+def test_a_worker_that_gives_up_ends_a_sequential_experiment_instead_of_leaving_it_waiting(write_experiment,
+                                                                                          tmp_path):
+    """Two Runs that never differ, looked at every 2 episodes up to 8; one SIGKILLs its runner at its episode 1 on
+    every attempt, and the watchdog may not restart it (--max-restarts 0): that worker gives up, nothing more is
+    released, the other worker's runner finishes what it took and ends, and the run ends with the Run failed."""
+    if str(PLUGINS_DIR) not in sys.path:
+        sys.path.insert(0, str(PLUGINS_DIR))
+    import evalfleet_failure_plugins  # noqa: F401 - the toy env, to plan the Run here
+
+    run = {"environment": {"type": "test_faulty", "succeed": True}, "task": "toy",
+           "rollout_limit": {"num_episodes": 8}}
+    stopping = {"wave": 2, "max_episodes": 8, "compare": {"baseline": "base"}}
+    probe = write_experiment({"crash": {**run, "policy": {"type": "test_zero"}}}, filename="probe.yaml")
+    seed = make_plan(load_experiment(probe, []), workers=1).runs["crash"].episode(1).seed
+    path = write_experiment({"base": {**run, "policy": {"type": "test_zero"}, "policy_name": "base"},
+                             "crash": {**run, "policy": {"type": "test_zero", "kill_seed": seed},
+                                       "policy_name": "crash"}}, stopping=stopping)
+    out = tmp_path / "out"
+    proc = run_evalfleet("run", str(path), "--output", str(out), "--workers", "2", "--shard-size", "1",
+                         "--no-progress", "--max-restarts", "0",
+                         env=plugin_env(EVALFLEET_PLUGINS="evalfleet_test_plugins,evalfleet_failure_plugins"))
+    assert proc.returncode != 0, proc.stderr
+    result = json.loads((out / "experiment_result.json").read_text())
+    assert result["runs"]["crash"]["status"] == "failed", result["runs"]["crash"]
+    assert not any(result["runs"][r]["episodes_recorded"] >= 8 for r in ("base", "crash"))  # no look past it
