@@ -157,7 +157,7 @@ def execute_with_feed(job: ExecutionJob, backend: Backend, experiment_file: Path
 def execute_in_waves(job: ExecutionJob, backend: Backend, experiment_file: Path,
                      log: Callable[[str], None]) -> list[WorkerResult]:
     """Run the plan look by look: through a feed on a backend that keeps its runners, else wave by wave."""
-    if backend.keeps_runners:
+    if getattr(backend, "keeps_runners", False):  # a plug-in backend that does not say so keeps its waves
         return execute_with_feed(job, backend, experiment_file, log)
     plan = job.plan
     size = shard_size(plan)
