@@ -29,7 +29,7 @@ from evalfleet.experiment.plan import Plan, Shard
 
 SHARDS_FILE = "shards"
 CLOSED_FILE = "closed"
-POLL_S = 0.1  # how often a waiting runner looks for new shards: a file read of a few lines
+POLL_S = 0.05  # how often a waiting runner looks for new shards: a file read of a few lines
 
 
 class ShardFeed:

@@ -29,7 +29,10 @@ from evalfleet.experiment.plan import Plan, Shard
 from evalfleet.layout import FEED_DIR, internal_dir, parts_dir
 from evalfleet.rollout.records import latest_records
 
-RELEASE_POLL_S = 0.2  # how often the releasing thread looks whether the records grew
+RELEASE_POLL_S = 0.05  # how often the releasing thread looks whether the records grew (a scandir)
+# A look ends with its slowest shard. Runners that keep their environments make small shards cheap, so a look is
+# released in shards of about 1/LOOK_SHARDS of a wave: a worker done early waits for one small shard at most.
+LOOK_SHARDS = 5
 
 def has_stopping(plan: Plan) -> bool:
     return any(rp.run.stopping is not None for rp in plan.runs.values())
@@ -81,8 +84,9 @@ class Releaser:
 
     def __init__(self, job: ExecutionJob, feed: ShardFeed, log: Callable[[str], None]):
         self.job, self.plan, self.feed, self.log = job, job.plan, feed, log
-        self.size = shard_size(job.plan)
         self.stopping = {n for n, rp in self.plan.runs.items() if rp.run.stopping is not None}
+        wave = min(self.plan.runs[n].run.stopping.wave for n in self.stopping) if self.stopping else 1
+        self.size = max(1, min(shard_size(job.plan), -(-wave // LOOK_SHARDS)))
         self.released: dict[str, int] = {}  # stopping Run → its episodes below this were released
         self.told: set[int] = set()
         self.looks = 0  # how many looks were released (the first counts once for every Run)
