@@ -27,7 +27,7 @@ from evalfleet.execution.shard_feed import ShardFeed
 from evalfleet.execution.threads import WorkerThread, wait_all
 from evalfleet.experiment.plan import Plan, Shard
 from evalfleet.layout import FEED_DIR, internal_dir, parts_dir
-from evalfleet.rollout.records import latest_records
+from evalfleet.rollout.records import RunRecordsTail, RunScope, latest_records, run_logs
 
 RELEASE_POLL_S = 0.05  # how often the releasing thread looks whether the records grew (a scandir)
 # A look ends with its slowest shard. Runners that keep their environments make small shards cheap, so a look is
@@ -87,6 +87,10 @@ class Releaser:
         self.stopping = {n for n, rp in self.plan.runs.items() if rp.run.stopping is not None}
         wave = min(self.plan.runs[n].run.stopping.wave for n in self.stopping) if self.stopping else 1
         self.size = max(1, min(shard_size(job.plan), -(-wave // LOOK_SHARDS)))
+        # each stopping Run's records, read on from where the last look stopped (whole lines only)
+        self._records = {n: RunRecordsTail(RunScope(n, self.plan.runs[n].num_episodes),
+                                           lambda n=n: run_logs(job.out, n), keep=("episode", "status", "attempt"))
+                         for n in self.stopping}
         self.released: dict[str, int] = {}  # stopping Run → its episodes below this were released
         self.told: set[int] = set()
         self.looks = 0  # how many looks were released (the first counts once for every Run)
@@ -96,7 +100,8 @@ class Releaser:
     def release(self, *, log_only: bool = False) -> bool:
         """Decide on the records as they are and release what is needed now (`log_only`: only log the new
         decisions); False once nothing more ever is."""
-        found = outcomes(self.job.out, self.plan)
+        found = {n: decided_outcomes(tail.refresh().by_episode.values(), self.plan.runs[n].run.max_attempts)
+                 for n, tail in self._records.items()}
         rules, pairs = rules_of(self.plan.experiment.experiment)
         current = state(rules, pairs, found)
         for i, p in enumerate(current.pairs):
