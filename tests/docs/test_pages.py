@@ -49,22 +49,21 @@ def run_blocks(page: Path, folder: Path) -> dict[str, int]:
     """Run `page`'s blocks in `folder`; how many of each kind ran."""
     (folder / "examples").symlink_to(ROOT / "examples")
     env = dict(os.environ)
-    tmp_path = folder
     ran = {"bash": 0, "yaml": 0, "python": 0}
     for language, text in blocks(page):
         if language == "yaml":
             name = text.splitlines()[0].lstrip("#").strip()
             assert re.fullmatch(r"[\w.-]+\.yaml", name), f"a YAML block starts with `# NAME.yaml`: {text[:80]!r}"
-            (tmp_path / name).write_text(fewer_episodes(text))
+            (folder / name).write_text(fewer_episodes(text))
         elif language == "bash":
             for line in filter(None, (ln.strip() for ln in text.splitlines())):
                 if line.startswith("pip install"):
                     continue
-                proc = subprocess.run(command(line), cwd=tmp_path, env=env, capture_output=True, text=True,
+                proc = subprocess.run(command(line), cwd=folder, env=env, capture_output=True, text=True,
                                       stdin=subprocess.DEVNULL, timeout=600)
                 assert proc.returncode == 0, f"{line}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
         elif language == "python":
-            proc = subprocess.run([sys.executable, "-c", fewer_episodes(text)], cwd=tmp_path, env=env,
+            proc = subprocess.run([sys.executable, "-c", fewer_episodes(text)], cwd=folder, env=env,
                                   capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600)
             assert proc.returncode == 0, f"{text}\n{proc.stderr[-3000:]}"
         else:

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 from pathlib import Path
 from typing import Callable
-
-import threading
 
 from evalfleet.analysis.stopping import StoppingState, decided_outcomes, decision_line, rules_of, state
 from evalfleet.execution.backends import Backend, ExecutionJob, WorkerResult
