@@ -1,16 +1,21 @@
-"""Issue #25 on the local Slurm cluster: `evalfleet run --backend slurm` of a `stopping:` Experiment runs in
-waves, one runner array per wave of exactly the shards the undecided Runs need, decided as the local backend
-decides (the same comparisons, the same per-episode records); the served policy's server job is submitted once
-and serves every wave; `evalfleet submit --backend slurm` of it is one driver job that does the same."""
+"""Issues #25 and #57 on the local Slurm cluster: `evalfleet run --backend slurm` of a `stopping:` Experiment is
+one runner array whose tasks start their runners once and take each look the driver releases (the shard feed on
+the shared folder), decided as the local backend decides (the same comparisons, the same per-episode records);
+the served policy's server job is submitted once and serves every look; `evalfleet submit --backend slurm` of it
+is one driver job that does the same."""
 
 from __future__ import annotations
 
+import importlib
+import json
+import os
 import re
 from pathlib import Path
 
 import pytest
 
 import evalfleet
+from evalfleet.backends.slurm.paths import SlurmPaths
 from evalfleet.cli import main
 from evalfleet_sequential import SERVED, decisions, server_starts
 from evalfleet_testkit import results_by_episode
@@ -29,7 +34,8 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return exp, local
 
 
-def test_a_stopping_experiment_runs_in_waves_as_local_decides(slurm_cluster, reference, tmp_path: Path, capsys) -> None:
+def test_a_stopping_experiment_is_one_array_of_runners_started_once_deciding_as_local(slurm_cluster, reference,
+                                                                                       tmp_path: Path, capsys) -> None:
     exp, local = reference
     out = tmp_path / "slurm"
     capsys.readouterr()
@@ -39,15 +45,17 @@ def test_a_stopping_experiment_runs_in_waves_as_local_decides(slurm_cluster, ref
     comparisons, _ = decisions(out)
     assert [(c["policy"], c["verdict"]) for c in comparisons] == [("noisy", "worse")]
     waves = comparisons[0]["stopped_at"] // 5
-    assert waves >= 2, "decided in the first wave: no later wave reached the server"
+    assert waves >= 2, "decided at the first look: no later look reached the runners or the server"
     assert decisions(out) == decisions(local)
     assert results_by_episode(out) == results_by_episode(local)
-    # One runner array per wave, each of that wave's shards only: 5 episodes of each of the two Runs.
-    arrays = re.findall(r"slurm: runner array (\d+) \((\d+) tasks, \d+ shards, (\d+) episodes\)", said)
-    assert [int(e) for _, _, e in arrays] == [10] * waves, said
-    assert len({a for a, _, _ in arrays}) == waves
+    # One runner array for every look; each task's watchdog started its runner once (#57, must show 2).
+    arrays = re.findall(r"slurm: runner array (\d+) \((\d+) tasks, taking the shards the driver releases", said)
+    assert len(arrays) == 1 and arrays[0][1] == "2", said
+    paths = SlurmPaths(out.absolute())
+    statuses = [json.loads(paths.status(task).read_text()) for task in range(2)]
+    assert [(s["state"], len(s["attempts"]), s["restarts"]) for s in statuses] == [("completed", 1, 0)] * 2
     assert f"wave {waves}: push-v3/noisy vs expert: worse at {5 * waves} episodes" in said, said
-    assert server_starts(out) == 1  # one server job for every wave
+    assert server_starts(out) == 1  # one server job for every look
     assert said.count("slurm: server jobs ") == 1, said
 
 
@@ -71,3 +79,38 @@ def test_submit_of_a_stopping_experiment_is_one_driver_job_deciding_as_local(slu
     assert (out / "experiment_result.json").exists(), (out / ".evalfleet/slurm/logs/driver.log").read_text()
     assert decisions(out) == decisions(local)
     assert results_by_episode(out) == results_by_episode(local)
+
+
+def test_a_task_that_gives_up_ends_the_fed_array_instead_of_leaving_it_waiting(slurm_cluster, monkeypatch,
+                                                                               write_experiment, tmp_path: Path,
+                                                                               capsys) -> None:
+    """Two Runs that never differ, looked at every 2 episodes up to 8; one SIGKILLs its runner at its episode 1 on
+    every attempt and the watchdog may not restart it: that task leaves the queue while the feed is open, the
+    driver closes the feed, the other task finishes what it took, and the run ends with the Run failed."""
+    from evalfleet.experiment.loading import load_experiment
+    from evalfleet.experiment.plan import make_plan
+    from evalfleet_testkit import PLUGINS_DIR
+
+    plugins = "evalfleet_test_plugins,evalfleet_failure_plugins"
+    monkeypatch.setenv("EVALFLEET_PLUGINS", plugins)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(PLUGINS_DIR), os.environ.get("PYTHONPATH")])))
+    monkeypatch.syspath_prepend(str(PLUGINS_DIR))  # the jobs inherit the environment; this process plans the Runs
+    for module in plugins.split(","):
+        importlib.import_module(module)
+    run = {"environment": {"type": "test_faulty", "succeed": True}, "task": "toy",
+           "rollout_limit": {"num_episodes": 8}}
+    probe = write_experiment({"crash": {**run, "policy": {"type": "test_zero"}}}, filename="probe.yaml")
+    seed = make_plan(load_experiment(probe, []), workers=1).runs["crash"].episode(1).seed
+    path = write_experiment({"base": {**run, "policy": {"type": "test_zero"}, "policy_name": "base"},
+                             "crash": {**run, "policy": {"type": "test_zero", "kill_seed": seed},
+                                       "policy_name": "crash"}},
+                            stopping={"wave": 2, "max_episodes": 8, "compare": {"baseline": "base"}})
+    out = tmp_path / "out"
+    code = main(["run", str(path), *SMALL, "--backend", "slurm", "--workers", "2", "--shard-size", "1",
+                 "--max-restarts", "0", "--output", str(out), "--no-progress"])
+    said = capsys.readouterr().err
+    assert code != 0, said
+    assert "ended while the driver could still release shards" in said, said
+    result = json.loads((out / "experiment_result.json").read_text())
+    assert result["runs"]["crash"]["status"] == "failed", result["runs"]["crash"]
+    assert not any(result["runs"][r]["episodes_recorded"] >= 8 for r in ("base", "crash"))  # no look past it

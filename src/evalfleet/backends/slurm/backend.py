@@ -7,14 +7,16 @@ finalizes; Ctrl-C cancels every job, keeps what finished, and `--resume` continu
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 from pathlib import Path
-from typing import Any, Iterator, TextIO
+from typing import Any, Callable, Iterator, TextIO
 
 from evalfleet.execution.backends import BackendBase, ExecutionJob, WorkerResult
 from evalfleet.execution.progress import ProgressTracker, watch_progress
+from evalfleet.execution.shard_feed import ShardFeed
 from evalfleet.layout import EXPERIMENT_FILE
-from evalfleet.backends.slurm.commands import executable
+from evalfleet.backends.slurm.commands import executable, queued
 from evalfleet.backends.slurm.launch import ArrayWatch, all_jobs, cancel, launch, launch_array
 from evalfleet.backends.slurm.paths import check_output_path
 from evalfleet.backends.slurm.driver import submit_driver
@@ -27,6 +29,7 @@ from evalfleet.backends.slurm.task_steps import blame_lost_servers, server_runs,
 class SlurmBackend(BackendBase):
     name = "slurm"
     resume_hint = " --backend slurm"
+    keeps_runners = True  # a job's feed: one array whose tasks take the looks the driver releases (shard_feed.py)
 
     def __init__(self, *, settings: Any = None, workers: int | None = None):
         # slurm.* is read from the Experiment where used (render.slurm_settings keeps a time as typed)
@@ -62,18 +65,25 @@ class SlurmBackend(BackendBase):
             serving.close()
 
     def execute(self, job: ExecutionJob, experiment_file: Path) -> list[WorkerResult]:
-        """One runner array of exactly `job.plan.shards` (the whole plan, or one wave of it), followed to its end."""
+        """One runner array, followed to its end: of exactly `job.plan.shards`, or, given the job's feed, whose
+        tasks take the shards the driver releases there until it closes it (sequential stopping: the runners
+        start once for every look)."""
         serving = self._serving
         if serving is None:  # called outside serve: one of its own, for this execute alone
             with self.serve(job) as file:
                 return self.execute(job, file)
+        feed = job.feed
         serving.begin_wave(job.plan.shards)
         rendering = render(job.loaded, job.out, job.plan, workers=self.workers, watchdog=job.watchdog,
-                           collect=False, experiment_file=experiment_file)
-        jobs = launch_array(rendering, job.loaded, job.plan, serving.jobs, log=job.log)
+                           collect=False, experiment_file=experiment_file,
+                           feed=feed.folder if feed is not None else None)
+        jobs = launch_array(rendering, job.loaded, job.plan, serving.jobs, log=job.log, fed=feed is not None)
         keeper = serving.keeper
         assert keeper is not None
-        watch = ArrayWatch(jobs["runners"], rendering.workers, while_queued=keeper.poll).start()
+        poll = keeper.poll
+        if feed is not None:
+            poll = _closing_feed_when_a_task_ends(poll, feed, jobs["runners"], rendering.workers, job.log)
+        watch = ArrayWatch(jobs["runners"], rendering.workers, while_queued=poll).start()
         try:
             watch_progress([watch.thread], ProgressTracker.for_plan(job.out, job.plan), job.show_progress)
         except KeyboardInterrupt:
@@ -82,7 +92,10 @@ class SlurmBackend(BackendBase):
             cancel(all_jobs(jobs))
             job.log(f"slurm: cancelled jobs {', '.join(all_jobs(jobs))}")
             raise
-        results = worker_results(rendering.paths, job.plan, jobs["runners"], rendering.workers, watch.states,
+        if feed is not None:
+            feed.close()  # the array ended: nothing more will run what the feed would release
+        ran = job.plan if feed is None else dataclasses.replace(job.plan, shards=feed.shards)
+        results = worker_results(rendering.paths, ran, jobs["runners"], rendering.workers, watch.states,
                                  rendering.settings.signal_lead_s)
         blame_lost_servers(results, job.plan, keeper.lost, server_runs(job.loaded))
         return results
@@ -130,3 +143,27 @@ class SlurmBackend(BackendBase):
         print(f"results: {out}/index.html once collect job {jobs['collect']} has run (or later: evalfleet collect"
               f" {out})", file=stream)
         return 0
+
+
+def _closing_feed_when_a_task_ends(poll: Callable[[], None], feed: ShardFeed, array: str, workers: int,
+                                   log: Callable[[str], None]) -> Callable[[], None]:
+    """`poll`, then: a task of a fed array ends only once the feed is closed, so one that left the queue while it
+    is open gave up (its watchdog, a time limit, too many requeues; a requeued task stays queued). Its shard
+    will not finish and no decision waits on the others: the feed is closed, they finish what they took, and
+    the array ends (the pipeline reports the Runs)."""
+    tasks = {f"{array}_{i}" for i in range(workers)}
+
+    def poll_and_check() -> None:
+        poll()
+        if feed.closed:
+            return
+        left = queued([array])
+        if not left or not tasks & left:
+            return  # squeue did not answer, or the array is gone (the watch ends), or not listed task by task
+        gone = sorted(tasks - left)
+        if gone:
+            feed.close()
+            log(f"slurm: array task {gone[0]} ended while the driver could still release shards: nothing more"
+                " is released")
+
+    return poll_and_check

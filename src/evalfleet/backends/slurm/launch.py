@@ -73,9 +73,10 @@ def launch_servers(rendering: Rendering, loaded: Any, jobs: dict[str, Any], serv
 
 
 def launch_array(rendering: Rendering, loaded: Any, plan: Any, jobs: dict[str, Any], *,
-                 log: Callable[[str], None]) -> dict[str, Any]:
-    """One wave of the blocking driver (or its whole plan): a fresh shard queue, the runner script written and
-    its array submitted, the server jobs in `jobs` left running; `jobs` (and jobs.json) updated."""
+                 log: Callable[[str], None], fed: bool = False) -> dict[str, Any]:
+    """The blocking driver's array (its whole plan, one wave of it, or, `fed`, tasks that take the shards the
+    driver releases): a fresh shard queue, the runner script written and its array submitted, the server jobs in
+    `jobs` left running; `jobs` (and jobs.json) updated."""
     reset_state(rendering, servers=False)
     write_scripts(rendering, ("runners",))
     mark_runs_running(rendering.paths.out, plan)
@@ -87,9 +88,13 @@ def launch_array(rendering: Rendering, loaded: Any, plan: Any, jobs: dict[str, A
     except SlurmCommandError as exc:
         raise _refused(exc, jobs) from None
     write_jobs(rendering.paths, rendering, jobs)
-    episodes = sum((s.stop or 0) - s.start for s in rendering.shards)
-    log(f"slurm: runner array {jobs['runners']} ({rendering.workers} tasks, {len(rendering.shards)} shards,"
-        f" {episodes} episodes)")
+    if fed:
+        log(f"slurm: runner array {jobs['runners']} ({rendering.workers} tasks, taking the shards the driver"
+            " releases until every Run is decided)")
+    else:
+        episodes = sum((s.stop or 0) - s.start for s in rendering.shards)
+        log(f"slurm: runner array {jobs['runners']} ({rendering.workers} tasks, {len(rendering.shards)} shards,"
+            f" {episodes} episodes)")
     return jobs
 
 

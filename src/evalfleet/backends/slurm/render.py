@@ -91,9 +91,10 @@ def check_servers(loaded: Any) -> None:
 
 def render(loaded: Any, out: Path, plan: Plan, *, workers: int | None = None,
            watchdog: WatchdogConfig | None = None, collect: bool = True,
-           experiment_file: Path | None = None) -> Rendering:
+           experiment_file: Path | None = None, feed: Path | None = None) -> Rendering:
     """Every script of the submission (servers, the runner array, the collect job unless `collect` is false);
-    nothing written."""
+    nothing written. With a `feed` folder the array's tasks take the shards released there (the plan's shards
+    size the array and say which servers it waits for)."""
     from evalfleet.serving.planning import plan_server_groups
 
     settings = slurm_settings(loaded)
@@ -113,7 +114,8 @@ def render(loaded: Any, out: Path, plan: Plan, *, workers: int | None = None,
                                         server=server))
     rendering.scripts.append(Script(RUNNERS_SCRIPT, "runners", runners_script(
         paths, settings, job_name=f"{base}-runners", experiment=experiment_file or out / EXPERIMENT_FILE,
-        shards=shards, workers=size, servers=serving(servers, shards), watchdog=watchdog or WatchdogConfig())))
+        shards=shards, workers=size, servers=serving(servers, shards), watchdog=watchdog or WatchdogConfig(),
+        feed=feed)))
     if collect:
         rendering.scripts.append(Script(COLLECT_SCRIPT, "collect",
                                         collect_script(paths, settings, job_name=f"{base}-collect")))

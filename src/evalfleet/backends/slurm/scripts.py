@@ -91,10 +91,12 @@ def watchdog_flags(cfg: WatchdogConfig, startup: float) -> list[sh.Piece]:
 
 
 def runners_script(paths: SlurmPaths, settings: SlurmSettings, *, job_name: str, experiment: Path,
-                   shards: list[Shard], workers: int, servers: list[str], watchdog: WatchdogConfig) -> str:
+                   shards: list[Shard], workers: int, servers: list[str], watchdog: WatchdogConfig,
+                   feed: Path | None = None) -> str:
     """The runner array: task i runs `evalfleet runner` under the watchdog, claiming shards from the shared queue
-    (a requeued task resumes its own claims); with servers, the supervised command first waits for their
-    addresses and wires the Experiment to them (so a restart reads a new address)."""
+    (a requeued task resumes its own claims), or, given the `feed` folder (in OUT), the shards the driver releases
+    there until it closes it (execution/shard_feed.py); with servers, the supervised command first waits for
+    their addresses and wires the Experiment to them (so a restart reads a new address)."""
     throttle = f"%{settings.max_parallel}" if settings.max_parallel else ""
     extra = [f"--array=0-{workers - 1}{throttle}", f"--cpus-per-task={settings.cpus_per_task}", "--requeue"]
     extra += [f"--mem={settings.mem}"] if settings.mem else []
@@ -116,8 +118,11 @@ def runners_script(paths: SlurmPaths, settings: SlurmSettings, *, job_name: str,
                       str(experiment))
     runner += ["--output", sh.Var("OUT"), "--claim-dir", _in_state(_relative(paths, paths.claims)),
                "--worker-id", sh.Var("TASK")]
-    for shard in shards:
-        runner += ["--shard", shard_arg(shard)]
+    if feed is not None:
+        runner += ["--feed", _in_state(_relative(paths, feed))]
+    else:
+        for shard in shards:
+            runner += ["--shard", shard_arg(shard)]
     child: list[Any] = runner
     startup = watchdog.startup_timeout
     if servers:
