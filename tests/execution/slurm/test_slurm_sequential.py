@@ -114,3 +114,22 @@ def test_a_task_that_gives_up_ends_the_fed_array_instead_of_leaving_it_waiting(s
     result = json.loads((out / "experiment_result.json").read_text())
     assert result["runs"]["crash"]["status"] == "failed", result["runs"]["crash"]
     assert not any(result["runs"][r]["episodes_recorded"] >= 8 for r in ("base", "crash"))  # no look past it
+
+
+def test_a_fixed_experiment_of_many_shards_starts_one_runner_per_array_task(slurm_cluster, write_experiment,
+                                                                            tmp_path: Path) -> None:
+    """#57, must show 2, fixed N on Slurm: 16 one-episode shards on a 2-task array; each task's watchdog started
+    its runner once, and that runner ran every shard the task took (the pid in each shard's timings file)."""
+    short = {"type": "metaworld", "task": "reach-v3", "max_steps": 60}
+    path = write_experiment({name: {"environment": short, "policy": {"type": "metaworld_expert"},
+                                    "rollout_limit": {"num_episodes": 8}} for name in ("a", "b")})
+    out = tmp_path / "out"
+    assert main(["run", str(path), *SMALL, "--backend", "slurm", "--workers", "2", "--shard-size", "1",
+                 "--output", str(out), "--no-progress"]) == 0
+    assert len(results_by_episode(out)) == 16
+    paths = SlurmPaths(out.absolute())
+    statuses = [json.loads(paths.status(task).read_text()) for task in range(2)]
+    started = [a["pid"] for s in statuses for a in s["attempts"]]
+    assert len(started) == 2 and all(s["restarts"] == 0 for s in statuses)
+    ran_shards = {int(p.stem.rsplit("-", 1)[1]) for p in out.glob("*/timings/*.json")}
+    assert len(list(out.glob("*/timings/*.json"))) == 16 and ran_shards <= set(started), (ran_shards, started)
