@@ -234,7 +234,7 @@ class TestLocalInstance:
                         cmd = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
                     except OSError:
                         continue
-                    if cmd.startswith("ray::run_shard_on_worker"):
+                    if cmd.startswith("ray::run_worker"):
                         os.kill(int(entry), signal.SIGKILL)
                         killed.append(int(entry))
                         return
@@ -256,7 +256,7 @@ class TestLocalInstance:
         assert len(decided) == 16
         assert_same_as_local(out, local_reference)
         # the killed worker's folder was removed by a later task on this node
-        from evalfleet.backends.ray.shard_task import TASK_DIR_PREFIX
+        from evalfleet.backends.ray.worker_task import TASK_DIR_PREFIX
 
         assert not list(Path(tempfile.gettempdir()).glob(f"{TASK_DIR_PREFIX}{killed[0]}-*"))
 

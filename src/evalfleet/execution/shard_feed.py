@@ -38,6 +38,7 @@ class ShardFeed:
     def __init__(self, folder: Path):
         self.folder = Path(folder)
         self._shards: list[Shard] = []
+        self._finished: set[str] = set()  # Runs nothing more will be released for (the driver's side only)
         self._lock = threading.Lock()
 
     def start(self) -> "ShardFeed":
@@ -57,6 +58,17 @@ class ShardFeed:
                 self._shards += shards
                 write_atomic(self.folder / SHARDS_FILE, "".join(shard_arg(s) + "\n" for s in self._shards))
             return True
+
+    def finish(self, runs: "set[str] | list[str]") -> None:
+        """Say that nothing more will be released for these Runs (decided, or fixed-N and whole): a backend whose
+        workers are tied to some Runs (Ray's pools of a server) lets those go before the feed closes."""
+        with self._lock:
+            self._finished.update(runs)
+
+    @property
+    def finished_runs(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._finished)
 
     def close(self) -> None:
         with self._lock:

@@ -119,6 +119,8 @@ class Releaser:
             self.looks += 1
         for name, run_state in current.runs.items():
             self.released[name] = max(self.released.get(name, 0), run_state.need)
+        self.feed.finish({n for n in self.plan.runs if n not in self.stopping}
+                         | {n for n, r in current.runs.items() if r.stopped_at is not None})
         return any(r.stopped_at is None for r in current.runs.values())
 
     def records_grew(self) -> bool:

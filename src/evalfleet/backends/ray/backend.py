@@ -37,12 +37,15 @@ class RayBackend(BackendBase):
 
     name = "ray"
     resume_hint = " --backend ray"
+    cheap_shards = True  # a worker task's runner runs shard after shard: small last shards even out the end
+    keeps_runners = True  # its worker tasks take the looks the driver releases in a job's feed (driver.py)
 
     def __init__(self, *, settings: RaySettings | None = None, workers: int | None = None):
         self.settings = settings or RaySettings()
         self.workers = workers  # checked by the caller (execution.api.check_workers)
         self.address = self.settings.address
         self._started = False
+        self._workers = workers or 1  # what open() planned for: the room of the unserved Runs' workers
         self._serving: RayServing | None = None  # while serve(job) runs: its sink and servers, for every execute
 
     def check(self) -> None:
@@ -74,12 +77,13 @@ class RayBackend(BackendBase):
                 ray.init(num_cpus=self.workers or os.cpu_count() or 1, include_dashboard=False,
                          object_store_memory=self.settings.object_store_mb * 1024 * 1024, **kwargs)
             self._started = True
-        return self.workers or int(ray.cluster_resources().get("CPU", 1))
+        self._workers = self.workers or int(ray.cluster_resources().get("CPU", 1))
+        return self._workers
 
     @contextlib.contextmanager
     def serve(self, job: ExecutionJob) -> Iterator[Path]:
-        """The record sink and the plan's policy servers (placement groups, server actors), kept for every
-        `execute` in this serve: every wave of sequential stopping reaches the same servers (serving.py)."""
+        """The record sink and the plan's policy servers (placement groups, server actors), kept for the
+        `execute` in this serve (serving.py)."""
         ray = import_ray()
         serving = RayServing(job.plan, job.out)
         self._serving = serving
@@ -91,13 +95,14 @@ class RayBackend(BackendBase):
             serving.close(ray)
 
     def execute(self, job: ExecutionJob, experiment_file: Path) -> list[WorkerResult]:
-        """Every pending shard as a Ray task; served Runs' tasks go in their server's placement group (RayRun)."""
+        """Worker tasks that each start one runner and take the plan's shards (or, given the job's feed, the
+        shards released there) from a queue; served Runs' workers in their server's placement group (RayRun)."""
         if self._serving is None:  # called outside serve: one of its own, for this execute alone
             with self.serve(job) as served_file:
                 return self.execute(job, served_file)
         from evalfleet.execution.progress import ProgressTracker, watch_progress
 
-        run = RayRun(job.plan, job.out, job.watchdog, self._serving)
+        run = RayRun(job.plan, job.out, job.watchdog, self._serving, workers=self._workers, feed=job.feed)
         mark_runs_running(job.out, job.plan)
         thread = WorkerThread(run.execute, name="ray-driver")
         thread.start()

@@ -38,7 +38,7 @@ def write_timings(out: Path, run: str, files: dict[str, str]) -> None:
 
 
 def write_episode_file(out: Path, run: str, rel: str, data: bytes) -> None:
-    """An episode's file a shard task sent (shard_task.episode_files) into OUT/<run>/<rel>, whole (written aside and
+    """An episode's file a shard task sent (worker_task.episode_files) into OUT/<run>/<rel>, whole (written aside and
     renamed into place, so a reader never sees half of it); only a path of the runner's own shape: a trajectory
     or one of its camera videos, or a recorded video (videos/<camera>/episode_N.mp4)."""
     path = PurePosixPath(rel)

@@ -1,15 +1,11 @@
-"""What one `RayBackend.serve(job)` holds for every `execute` in it (`RayServing`): the record sink and the
-policy servers of served Runs, each in its placement group. Under sequential stopping (execution/waves.py) the
-pipeline calls `execute` once per wave inside one `serve`, so a served Run's server (on a cluster: a GPU model
-loading) starts once and serves every wave, as the local backend's servers do; a fixed-N Experiment is one
-`execute`, and its servers stop as soon as their Runs' shards are done, as before.
-
-A server whose Runs have a stopping rule is kept when its Runs' shards of a wave are done (the next wave may
-need it) and stopped at the start of the first wave that has none of its Runs (they are decided), or when the
-serve ends. Kept servers never block a wave: while a wave's task waits for a placement group that cannot be
-placed (a small cluster that fits one group at a time), the idle kept servers are stopped and their groups
-removed, and the next wave that needs them starts them again (`begin_wave`). A server that dies meanwhile is
-restarted on its port by its actor's `ServerSupervisor`, between waves as within one."""
+"""What one `RayBackend.serve(job)` holds for its `execute` (`RayServing`): the record sink and the policy
+servers of served Runs, each in its placement group (bundle 0 the server, the others room for the pool of worker
+tasks that run its Runs: driver.py). A server (on a cluster: a GPU model loading) starts once and serves every
+look of sequential stopping, as the local backend's servers do; it is stopped once its pool is done (its Runs are
+fixed-N and run, or decided), or when the serve ends. A kept server never blocks another: while a group cannot
+be placed (a small cluster that fits one group at a time), the servers no worker uses are stopped and their groups
+removed, and a later look that needs one starts it again (`start_server`). A server that dies meanwhile is
+restarted on its port by its actor's `ServerSupervisor`."""
 
 from __future__ import annotations
 
@@ -21,7 +17,7 @@ from evalfleet.execution.backends import ordered_shards
 from evalfleet.backends.ray.common import append_text
 from evalfleet.backends.ray.policy_server import PolicyServer
 from evalfleet.backends.ray.sink import RecordSink
-from evalfleet.experiment.plan import Plan, Shard
+from evalfleet.experiment.plan import Plan
 from evalfleet.layout import internal_dir, server_log_path
 
 
@@ -69,29 +65,13 @@ class RayServing:
             its_shards = sum(1 for s in shards if s.run in sp.runs)
             self.bundles[sp.id] = max(1, min(its_shards, int(cluster_cpus - sp.binding.resources(sp.options).cpus)))
         for key in self.plans:
-            self._start_server(ray, key)
+            self.start_server(ray, key)
 
-    def served(self, run: str) -> tuple[Any, Any]:
-        """(placement group, ref of the server's host/port) of a served Run whose server runs, else (None, None)."""
-        for key, runs in self.server_runs.items():
-            if run in runs:
-                return self.server_groups[key], self.addresses[key]
-        return None, None
-
-    def may_return(self, key: str) -> bool:
-        """Whether a later wave may need this server: one of its Runs has a stopping rule."""
-        return any(self.plan.runs[r].run.stopping is not None for r in self.plans[key].runs)
-
-    def begin_wave(self, ray: Any, shards: Iterable[Shard]) -> None:
-        """Before a wave: stop the servers none of whose Runs is in it (decided, or nothing left), then start
-        again those of its Runs that were stopped to make room in an earlier wave."""
-        runs = {s.run for s in shards}
-        for key in list(self.servers):
-            if not runs.intersection(self.server_runs[key]):
-                self.stop_server(ray, key)
-        for key, sp in self.plans.items():
-            if key not in self.servers and runs.intersection(sp.runs):
-                self._start_server(ray, key)
+    def served_by(self, key: str) -> tuple[Any, Any]:
+        """(placement group, ref of the server's host/port) of a running server, else (None, None)."""
+        if key not in self.servers:
+            return None, None
+        return self.server_groups[key], self.addresses[key]
 
     def waiting_groups(self, ray: Any, runs: Iterable[str]) -> bool:
         """Whether the placement group of a running server of one of these Runs is not placed yet."""
@@ -101,7 +81,7 @@ class RayServing:
         return any(placement_group_table(self.server_groups[key]).get("state") != "CREATED"
                    for key, its in self.server_runs.items() if wanted.intersection(its))
 
-    def _start_server(self, ray: Any, key: str) -> None:
+    def start_server(self, ray: Any, key: str) -> None:
         """A placement group (bundle 0: the server, then room for runner tasks) and the server actor in it."""
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
