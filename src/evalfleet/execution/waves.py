@@ -6,7 +6,7 @@ records come, `analysis.stopping.state` decides, and each undecided Run's next l
 needs more. The state is a function of the outcomes by episode index alone, so workers, sharding, the backend and
 --resume after a SIGKILL (runners skip recorded episodes) give the same decisions and the same records.
 
-On a backend that `keeps_runners` (local) the runners start once: they take shards from a feed
+On a backend that `keeps_runners` (local, Ray, Slurm) the runners start once: they take shards from a feed
 (execution/shard_feed.py) that a releasing thread fills as the records decide, so a Run's next look starts as
 soon as its decision needs it while other Runs' episodes keep the workers busy (`execute_with_feed`). Elsewhere
 each look is a wave: one `backend.execute` of the undecided Runs' next looks, after the slowest episode of the

@@ -2,7 +2,8 @@
 job after it; returns) and `evalfleet run --backend slurm` (the same without the collect job, then blocks: live
 progress from the growing logs, the array's end from squeue/sacct; the pipeline finishes the Runs and
 finalizes; Ctrl-C cancels every job, keeps what finished, and `--resume` continues). Under sequential stopping
-`run` submits one array per wave, the server jobs once per serve (serving.py)."""
+`run` submits one array whose tasks take the looks the driver releases into the shard feed in the output folder
+(execution/shard_feed.py), the server jobs once per serve (serving.py)."""
 
 from __future__ import annotations
 

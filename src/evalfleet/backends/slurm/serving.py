@@ -1,12 +1,11 @@
 """What one `SlurmBackend.serve(job)` holds for every `execute` in it (`SlurmServing`): the policy server jobs and
-the `ServerKeeper` that resubmits one that ended. Under sequential stopping (execution/waves.py) the pipeline
-calls `execute` once per wave inside one `serve`, each wave one runner array of exactly its shards; a server job
-(on a cluster: a GPU model loading, a queue wait) is submitted once and serves every wave, as the local
-backend's servers and Ray's do. A fixed-N Experiment is one `execute`, as before.
+the `ServerKeeper` that resubmits one that ended. A server job (on a cluster: a GPU model loading, a queue wait) is
+submitted once and serves the whole execute: a fixed plan's array, or under sequential stopping the one array
+whose tasks take every look from the shard feed, as the local backend's servers and Ray's do.
 
-Before each wave (`begin_wave`) a server job none of whose Runs is in the wave is cancelled once no later wave
-can need it (its Runs are fixed-N or decided); one whose Runs are in the wave and whose job was cancelled is
-submitted again. Every server job is cancelled when the serve ends, or at Ctrl-C."""
+`begin_wave` (before each execute) cancels a server job none of whose Runs
+is in the execute once no later one can need it (its Runs are fixed-N or decided), and submits again one whose
+Runs are in it and whose job was cancelled. Every server job is cancelled when the serve ends, or at Ctrl-C."""
 
 from __future__ import annotations
 
