@@ -82,3 +82,28 @@ def test_every_experiment_key_says_what_it_is():
     from evalfleet.cli.reference import experiment_keys
 
     assert [k.path for k in experiment_keys() if not k.description.strip()] == []
+
+
+def test_every_output_file_and_record_field_is_documented() -> None:
+    """The output folder's page names every file and folder `layout.py` defines for the output folder and a Run
+    folder, each beside the constant that names it, and every field of an episode record, aliases included."""
+    import dataclasses
+    import re
+
+    import evalfleet.layout as layout
+    from evalfleet.rollout.records import ARENA_ALIASES, EpisodeRecord
+
+    page = (PAGES / "outputs.md").read_text()
+    source = (ROOT / "src" / "evalfleet" / "layout.py").read_text()
+    folder_section = source.split("# --- the output folder", 1)[1].split("# --- inside INTERNAL_DIR", 1)[0]
+    constants = re.findall(r"^([A-Z_]+) = ", folder_section, re.M)
+    assert len(constants) > 15
+    for name in constants:
+        value = getattr(layout, name)
+        if name in ("RECORDS_PREFIX", "RECORDS_SUFFIX"):
+            continue  # parts of RECORDS_FILE, which is listed
+        assert re.search(rf"^ *{re.escape(value)}\S* +{name}\b", page, re.M), (name, value)
+    fields = [f.name for f in dataclasses.fields(EpisodeRecord)] + list(ARENA_ALIASES)
+    assert [f for f in fields if f"| `{f}` |" not in page] == []
+    sample = EpisodeRecord("r", "t", "p", 3, 5, "success", True, 7, 0.1).to_json()
+    assert set(sample) <= set(fields)  # nothing a record carries is left out of the page

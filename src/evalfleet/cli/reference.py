@@ -1,6 +1,7 @@
 """The reference made from the code (#56): every Experiment key from the pydantic models (type, default, bounds, and
 the comment the code gives it), every environment type's options and variations from the registry, every command
-and flag from the command line's parsers. Nothing in it is written by hand, so it cannot drift from the code:
+and flag from the command line's parsers, the output folder's files (`layout.py`) and an episode record's fields
+(`rollout/records.py`'s `EpisodeRecord`). Nothing in it is written by hand, so it cannot drift from the code:
 `evalfleet reference --output docs/reference` writes the pages, `--check` exits 1 when the committed pages are not
 what the code gives (tests/architecture/test_reference.py runs it).
 """
@@ -18,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-PAGES = ("experiment.md", "environments.md", "commands.md")
+PAGES = ("experiment.md", "environments.md", "commands.md", "outputs.md")
 
 
 @dataclass(frozen=True)
@@ -192,6 +193,42 @@ def commands() -> list[dict[str, Any]]:
     return out
 
 
+def output_layout() -> tuple[str, str]:
+    """(the output folder's tree, what follows it) as `layout.py` states them: the names are its constants."""
+    import evalfleet.layout as layout
+
+    doc = inspect.getdoc(layout) or ""
+    before, tree, after = doc.split("```", 2)
+    return tree.strip("\n"), " ".join(after.split())
+
+
+def record_fields() -> list[dict[str, str]]:
+    """Every field of an episode record (`EpisodeRecord`, one line of `episode_results.jsonl`) with its type,
+    default and comment, then the aliases `to_json` adds for Isaac Lab Arena's readers."""
+    import dataclasses
+
+    from evalfleet.rollout.records import ARENA_ALIASES, EpisodeRecord
+
+    hints = typing.get_type_hints(EpisodeRecord)
+    comments = _own_comments(EpisodeRecord)
+    rows = []
+    for f in dataclasses.fields(EpisodeRecord):
+        if f.default is not dataclasses.MISSING:
+            default = repr(f.default)
+        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            default = "the time it was written" if f.name == "timestamp" else repr(f.default_factory())  # type: ignore[misc]
+        else:
+            default = "always there"
+        rows.append({"name": f.name, "type": _type_text(hints[f.name]), "default": default,
+                     "description": comments.get(f.name, "")})
+    for alias, name in ARENA_ALIASES.items():
+        rows.append({"name": alias, "type": "int" if name is None else rows[[r["name"] for r in rows].index(name)]
+                     ["type"], "default": "always there",
+                     "description": f"Arena's name for `{name}`" if name else "Arena's episode index within its "
+                     "environment: always 0 (one episode per environment slot)"})
+    return rows
+
+
 def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
@@ -231,12 +268,23 @@ def pages() -> dict[str, str]:
             lines.append(_table(["argument", "default", "what it does"],
                                 [[f"`{_cell(a['flags'])}`", _cell(a["default"]), _cell(a["help"])]
                                  for a in command["arguments"]]))
-    return {"experiment.md": experiment, "environments.md": "".join(parts), "commands.md": "".join(lines)}
+    tree, names_beside = output_layout()
+    outputs = (head + "# The output folder and its records\n\nEvery file and folder of an output folder, as "
+               "`layout.py` names them (`evalfleet collect` and the report read nothing else), then every field of "
+               "an episode record: one JSON line of `<run>/episode_results.jsonl` (and of `<run>/parts/`), from "
+               "`rollout/records.py`'s `EpisodeRecord`. A field whose value is None is left out of the line, "
+               "`success` excepted.\n\n```text\n" + tree + "\n```\n\n" + names_beside + "\n\n"
+               "## Episode record fields\n" + _table(
+                   ["field", "type", "default", "what it is"],
+                   [[f"`{r['name']}`", _cell(r["type"]), _cell(r["default"]), _cell(r["description"])]
+                    for r in record_fields()]))
+    return {"experiment.md": experiment, "environments.md": "".join(parts), "commands.md": "".join(lines),
+            "outputs.md": outputs}
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("reference", help="write the reference made from the code (Experiment keys, environment "
-                       "types, commands)", description=__doc__.split("\n\n")[0])
+                       "types, commands, output files and record fields)", description=__doc__.split("\n\n")[0])
     p.add_argument("--output", default="docs/reference", metavar="DIR", help="the folder of the pages")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 when the pages there differ")
     p.set_defaults(handler=_reference)

@@ -19,37 +19,42 @@ from evalfleet.rollout.run_folder import parse_record_lines
 STATUSES = ("success", "failure", "error")
 
 
+# Names Isaac Lab Arena's readers look for, written beside evalfleet's own: alias → the field it repeats (None:
+# Arena's episode index within its environment, always 0 here: one episode per environment slot).
+ARENA_ALIASES: dict[str, str | None] = {"job_name": "run", "env_id": "episode", "episode_in_env": None}
+
+
 @dataclass
 class EpisodeRecord:
-    run: str
-    task: str
-    policy: str
-    episode: int
-    seed: int
+    run: str  # the Run's name (its key under `runs:`)
+    task: str  # the task label the report groups by (the Run's `task`, else its environment's task)
+    policy: str  # the policy label the report compares (the Run's `policy_name`, else its policy type)
+    episode: int  # the episode's index in its Run, 0-based: pairs episodes across Runs
+    seed: int  # the episode's seed, a function of the Experiment's seed, the task and the index (docs/determinism.md)
     status: str  # success | failure | error (infrastructure: excluded from rates, retried)
-    success: bool | None
-    episode_length: int
-    duration_s: float
-    variations: dict[str, Any] = field(default_factory=dict)
-    attempt: int = 1
-    timestamp: float = field(default_factory=time.time)
-    error: str | None = None
-    video: dict[str, str] | None = None
-    policy_latency_ms: float | None = None
+    success: bool | None  # None on an error: it decided nothing
+    episode_length: int  # environment steps taken
+    duration_s: float  # wall-clock seconds of the episode, reset included
+    variations: dict[str, Any] = field(default_factory=dict)  # each variation's value drawn for this episode
+    attempt: int = 1  # 1, then 2, ... for an episode run again after an error (the last attempt's record wins)
+    timestamp: float = field(default_factory=time.time)  # Unix time the record was written
+    error: str | None = None  # an error's message and where it was raised
+    video: dict[str, str] | None = None  # camera → the episode's video, relative to the Run folder (`recording.video`)
+    policy_latency_ms: float | None = None  # the mean wall-clock time of the episode's policy calls
     progress: float | dict[str, Any] | None = None  # a number in 0..1, or Arena's map (overall_score, ...)
     # Where the policy came from, as it declares it (a LeRobot checkpoint: config and weights sha256).
     policy_provenance: dict[str, Any] | None = None
     # Why a `failure` or `error` episode ended (sim/protocol.py: a task code, step_limit, or a common code);
-    # None on a success. `protocol`: the identity (SHA-256) of the Run's task protocol, on every record.
+    # None on a success.
     failure_code: str | None = None
-    protocol: str | None = None
+    protocol: str | None = None  # the identity (SHA-256) of the Run's task protocol (protocol.json), on every record
 
     # A Run whose `timing:` is not sync (rollout/latency.py): mode, latency_ms, latency_steps, held_steps,
     # stale_steps, stale_ratio; absent for sync Runs, whose records are as they always were.
     timing: dict[str, Any] | None = None
     # Steps whose action lay outside the env's declared bounds (the env clipped them); absent where it declares none.
     clipped_actions: int | None = None
-    # The episode's recorded trajectory (rollout/trajectory.py), relative to its Run folder: `frames` the Parquet
+    # The episode's recorded trajectory (rollout/trajectory.py), relative to its Run folder: `frames` its Arrow IPC
     # file, `videos` camera -> mp4; absent where the episode keeps none.
     trajectory: dict[str, Any] | None = None
     # The first step after which the env reported success (None: it never did); with `success.hold_steps` the
@@ -64,10 +69,8 @@ class EpisodeRecord:
     def to_json(self) -> dict[str, Any]:
         # Shallow (not dataclasses.asdict, which deep-copies): the dict is serialised at once.
         data = {k: v for k in self.__dataclass_fields__ if (v := getattr(self, k)) is not None or k == "success"}
-        # Arena-compatible aliases so Arena's readers work on evalfleet output.
-        data["job_name"] = self.run
-        data["env_id"] = self.episode
-        data["episode_in_env"] = 0
+        for alias, name in ARENA_ALIASES.items():  # so Arena's readers work on evalfleet output
+            data[alias] = getattr(self, name) if name else 0
         return data
 
     @classmethod
