@@ -102,11 +102,12 @@ def _summary_table(result: dict[str, Any]) -> str:
             reason += (f'<div class="note at-reset">'
                        f'{_e(AT_RESET_NOTE.format(episodes=plural(r["success_at_reset"], "episode")))}</div>')
         first = r.get("first_success_step") or {}
+        when = ""  # under the rate, whose column is wide: the status column stays one badge wide
         if first.get("episodes"):
             median, q1, q3 = (f"{first[k]:g}" for k in ("median", "q1", "q3"))
-            reason += (f'<div class="note first-success">success first reported at step {_e(median)} (median; '
-                       f'quartiles {_e(q1)}–{_e(q3)}) in {_e(first["episodes"])} episodes, '
-                       f'{_e(first["succeeded"])} of them counted as successes</div>')
+            when = (f'<div class="note first-success">success first reported at step {_e(median)} (median; '
+                    f'quartiles {_e(q1)}–{_e(q3)}) in {_e(first["episodes"])} episodes, '
+                    f'{_e(first["succeeded"])} of them counted as successes</div>')
         t = r.get("timings") or {}
         rows.append(
             f'<tr data-run="{_e(r["run"])}" data-status="{_e(r["status"])}">'
@@ -116,7 +117,7 @@ def _summary_table(result: dict[str, Any]) -> str:
             f'<td class="num">{c["success"]}</td><td class="num">{c["failure"]}</td>'
             f'<td class="num">{c["error"]}</td>'
             f'<td class="num">{_e("—" if c.get("missing") is None else c["missing"])}</td>'
-            f'<td class="rate-cell">{_rate_cell(r, label_wilson)}</td>'
+            f'<td class="rate-cell">{_rate_cell(r, label_wilson)}{when}</td>'
             f'<td class="num">{_fmt_num(t.get("mean_duration_s"))}</td>'
             f'<td class="num">{_fmt_num(t.get("wall_s"), 1)}</td></tr>'
         )
