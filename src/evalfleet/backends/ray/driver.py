@@ -32,7 +32,7 @@ from evalfleet.layout import part_path, ray_task_log
 
 WORKER_TASK_RETRIES = 3  # Ray runs a worker task again when its worker process or node died
 CANCEL_GRACE_S = 15.0  # after Ctrl-C, how long tasks get to stop their runners before they are killed
-POLL_S = 0.1  # how often the driver drains the sink, feeds the queue and looks at its workers
+POLL_S = 0.25  # how often the driver drains the sink, feeds the queue and looks at its workers
 
 
 @dataclasses.dataclass

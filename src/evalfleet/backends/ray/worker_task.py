@@ -5,10 +5,11 @@ files the runner wrote for its episode (its trajectory and the trajectory's came
 when the task ends.
 
 The task relays the queue into a shard feed in its folder (execution/shard_feed.py), which the runner reads with
-`--feed`: it hands the runner one shard, with the Run's records of its range the sink already holds (a resumed or
-retried shard skips what was recorded), and takes the next once the runner has finished it and waits (its
-heartbeat says "waiting" after it claimed the shard). It closes the feed when the queue says its pool is done;
-the runner then ends. A task Ray runs again (its worker process or node died) first resumes the shards it took."""
+`--feed`: it hands the runner a shard, with the Run's records of its range the sink already holds (a resumed or
+retried shard skips what was recorded), and takes the next one as soon as the runner has claimed the last (it is
+running it), so the runner never waits on the queue: a worker holds at most one shard it has not begun. It
+closes the feed when the queue says its pool is done; the runner then ends. A task Ray runs again (its worker
+process or node died) first resumes the shards it took."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ import os
 import shutil
 import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ from evalfleet.execution.watchdog import WatchdogConfig, WatchdogResult
 from evalfleet.experiment.plan import Shard
 from evalfleet.layout import EXPERIMENT_FILE, RUN_TIMINGS_DIR, part_path, records_path
 
-POLL_S = 0.05  # how often the task pushes new record lines and looks whether its runner waits for a shard
+POLL_S = 0.25  # how often the task pushes new record lines and looks whether its runner began its last shard
 TASK_DIR_PREFIX = "evalfleet-ray-task-"  # + the worker's pid: a dead worker's folder is removed by the next task
 
 
@@ -46,10 +46,8 @@ class Relay:
         self.feed = ShardFeed(folder / "feed").start()
         self.claims = folder / "claims"
         self.claims.mkdir()
-        self.heartbeat = folder / "heartbeat.json"
         self.handed: list[Shard] = []
-        self.tails: dict[Shard, Any] = {}
-        self._all_claimed_at: float | None = None  # when every handed shard was first seen claimed
+        self.tails: dict[Shard, Any] = {}  # the shards whose lines may still grow: the last two handed
 
     def hand(self, shard: Shard) -> None:
         """The Run's records of the shard's range (what the sink holds) into the runner's records, then the shard
@@ -61,21 +59,12 @@ class Relay:
         append_text(records_path(self.folder, shard.run), "".join(line + "\n" for line in known))
         self.handed.append(shard)
         self.tails[shard] = LogTail(part_path(self.folder, shard.run, shard.id))
-        self._all_claimed_at = None
         self.feed.release([shard])
 
-    def runner_waits(self) -> bool:
-        """The runner finished every shard handed to it: each is claimed, and it wrote a "waiting" heartbeat
-        after that was seen (it writes one only when it finds nothing left to claim)."""
-        if self._all_claimed_at is None:
-            if len(claimed_by(self.claims, self.handed, self.worker)) < len(self.handed):
-                return False
-            self._all_claimed_at = time.time()
-            return False
-        from evalfleet.rollout.heartbeat import read_heartbeat
-
-        beat = read_heartbeat(self.heartbeat) or {}
-        return beat.get("state") == "waiting" and float(beat.get("time") or 0) > self._all_claimed_at
+    def runner_began_last(self) -> bool:
+        """The runner claimed the last shard handed to it, so it is running it (it claims in the feed's order,
+        each shard right before it runs it, and only once the one before is finished)."""
+        return not self.handed or bool(claimed_by(self.claims, self.handed[-1:], self.worker))
 
     def push(self) -> None:
         for shard, tail in self.tails.items():
@@ -83,6 +72,11 @@ class Relay:
             if lines:
                 self.ray.get(self.sink.push.remote(shard.run, shard.id, lines,
                                                    episode_files(self.folder / shard.run, lines)))
+
+    def forget_finished(self) -> None:
+        """After a push: the shards before the one running are finished, their lines all pushed."""
+        for shard in self.handed[:-1]:
+            self.tails.pop(shard, None)
 
 
 def run_worker(document: str, pool: str, worker: int, queue: Any, sink: Any, config: dict[str, Any],
@@ -125,7 +119,7 @@ def run_worker(document: str, pool: str, worker: int, queue: Any, sink: Any, con
         def watch() -> None:
             try:
                 with open(log_path, "ab") as log:
-                    box["result"] = supervise(cmd, relay.heartbeat, WatchdogConfig(**config), env=env,
+                    box["result"] = supervise(cmd, tmp / "heartbeat.json", WatchdogConfig(**config), env=env,
                                               stdout=log, stderr=log, status_file=tmp / "status.json",
                                               stop_event=stop_runner,
                                               log=lambda line: append_text(log_path, f"evalfleet watchdog: {line}\n"))
@@ -140,9 +134,8 @@ def run_worker(document: str, pool: str, worker: int, queue: Any, sink: Any, con
                 relay.push()
                 if not alive:
                     break
-                if not relay.feed.closed and relay.runner_waits():
-                    relay.push()
-                    relay.tails.clear()  # every shard handed so far is finished and its lines pushed
+                if not relay.feed.closed and relay.runner_began_last():
+                    relay.forget_finished()
                     kind, shard = ray.get(queue.take.remote(pool, worker))
                     if shard is not None:
                         relay.hand(Shard(*shard))
