@@ -14,6 +14,7 @@ Runs again give the same pictures, up to the run's times and paths the header sh
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 
@@ -25,8 +26,8 @@ SHOTS = {"report-summary.png": ("#title", "#matrix-section"), "report-plots.png"
 
 
 def quickstart_output(out: Path, episodes: int) -> Path:
-    if (out / "index.html").is_file():
-        return out
+    """The quickstart run afresh into `out` (what an earlier call left is removed): the report of this evalfleet."""
+    shutil.rmtree(out, ignore_errors=True)
     import evalfleet
 
     result = evalfleet.run(ROOT / "examples" / "quickstart.yaml", output=out, progress=False,
@@ -56,10 +57,21 @@ def screenshots(index: Path, into: Path) -> list[Path]:
                 clip = {"x": 0, "y": top["y"], "width": 1280, "height": bottom["y"] + bottom["height"] - top["y"]}
                 path = into / name
                 page.screenshot(path=str(path), clip=clip, full_page=True)
+                small_png(path)
                 written.append(path)
         finally:
             browser.close()
     return written
+
+
+def small_png(path: Path) -> None:
+    """The screenshot with a palette of its own 256 colours: a page of flat colours and text looks the same, in a
+    third of the bytes of Chromium's 24-bit PNG."""
+    from PIL import Image
+
+    with Image.open(path) as shot:
+        small = shot.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    small.save(path, optimize=True)
 
 
 def main() -> int:
