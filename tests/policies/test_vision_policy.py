@@ -6,14 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import evalfleet.policies.vision  # noqa: F401 - registers metaworld_vision
+import evalfleet
+import evalfleet.policies.vision  # registers metaworld_vision, for _policy here
 from evalfleet_testkit import metaworld_run
 from evalfleet.errors import UserError
-from evalfleet.experiment.loading import load_experiment
-from evalfleet.experiment.plan import make_plan
 from evalfleet.policies.base import POLICIES, PolicyContext
 from evalfleet.rollout.records import latest_records
-from evalfleet.rollout.runner import run_shards
 from evalfleet.sim.metaworld_env import MetaworldEnvironment
 from evalfleet.sim.metaworld_spec import MetaworldOptions
 
@@ -61,8 +59,8 @@ def test_good_at_nominal_and_degrades_with_camera_position_noise(write_experimen
         short = task.split("-v3")[0].replace("-", "_")
         runs[f"{short}_nominal"] = metaworld_run(task, "metaworld_vision", episodes, environment=env)
         runs[f"{short}_camera"] = metaworld_run(task, "metaworld_vision", episodes, environment=env, variations=noise)
-    plan = make_plan(load_experiment(write_experiment(runs)))
-    run_shards(plan.runs, plan.shards, tmp_path / "out")
+    # Two runner processes: the suite runs one test at a time, and these 40 rendered episodes fill both cores.
+    assert evalfleet.run(write_experiment(runs), output=tmp_path / "out", workers=2, progress=False).ok
     rate = {}
     for run in runs:
         records = latest_records(tmp_path / "out", run)
