@@ -73,8 +73,22 @@ class Relay:
                 self.ray.get(self.sink.push.remote(shard.run, shard.id, lines,
                                                    episode_files(self.folder / shard.run, lines)))
 
+    def hand_next(self, take: Any) -> None:
+        """Once the runner began the last shard handed to it: `take()` the next from the queue and hand it over, or,
+        when the queue says "done", close the feed (the runner finishes and ends)."""
+        if self.feed.closed or not self.runner_began_last():
+            return
+        self.push()  # the runner wrote the shards before the last whole before it claimed the last
+        self.forget_finished()
+        kind, shard = take()
+        if shard is not None:
+            self.hand(Shard(*shard))
+        elif kind == "done":
+            self.feed.close()
+
     def forget_finished(self) -> None:
-        """After a push: the shards before the one running are finished, their lines all pushed."""
+        """After a push made once the last shard was seen claimed: the shards before it are finished and their
+        lines all pushed (a push made before that could miss their last lines)."""
         for shard in self.handed[:-1]:
             self.tails.pop(shard, None)
 
@@ -134,13 +148,7 @@ def run_worker(document: str, pool: str, worker: int, queue: Any, sink: Any, con
                 relay.push()
                 if not alive:
                     break
-                if not relay.feed.closed and relay.runner_began_last():
-                    relay.forget_finished()
-                    kind, shard = ray.get(queue.take.remote(pool, worker))
-                    if shard is not None:
-                        relay.hand(Shard(*shard))
-                    elif kind == "done":
-                        relay.feed.close()  # the runner finishes and ends
+                relay.hand_next(lambda: ray.get(queue.take.remote(pool, worker)))
                 thread.join(POLL_S)
         except BaseException:  # cancelled (KeyboardInterrupt from ray.cancel): stop the runner, keep its records
             stop_runner.set()
