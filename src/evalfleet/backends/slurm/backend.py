@@ -17,7 +17,7 @@ from evalfleet.execution.backends import BackendBase, ExecutionJob, WorkerResult
 from evalfleet.execution.progress import ProgressTracker, watch_progress
 from evalfleet.execution.shard_feed import ShardFeed
 from evalfleet.layout import EXPERIMENT_FILE
-from evalfleet.backends.slurm.commands import executable, queued
+from evalfleet.backends.slurm.commands import executable
 from evalfleet.backends.slurm.launch import ArrayWatch, all_jobs, cancel, launch, launch_array
 from evalfleet.backends.slurm.paths import check_output_path
 from evalfleet.backends.slurm.driver import submit_driver
@@ -81,10 +81,10 @@ class SlurmBackend(BackendBase):
         jobs = launch_array(rendering, job.loaded, job.plan, serving.jobs, log=job.log, fed=feed is not None)
         keeper = serving.keeper
         assert keeper is not None
-        poll = keeper.poll
-        if feed is not None:
-            poll = _closing_feed_when_a_task_ends(poll, feed, jobs["runners"], rendering.workers, job.log)
-        watch = ArrayWatch(jobs["runners"], rendering.workers, while_queued=poll).start()
+        closing = None if feed is None else _closing_feed_when_a_task_ends(feed, jobs["runners"], rendering.workers,
+                                                                           job.log)
+        watch = ArrayWatch(jobs["runners"], rendering.workers, while_queued=keeper.poll,
+                           tasks_queued=closing).start()
         try:
             watch_progress([watch.thread], ProgressTracker.for_plan(job.out, job.plan), job.show_progress)
         except KeyboardInterrupt:
@@ -146,25 +146,21 @@ class SlurmBackend(BackendBase):
         return 0
 
 
-def _closing_feed_when_a_task_ends(poll: Callable[[], None], feed: ShardFeed, array: str, workers: int,
-                                   log: Callable[[str], None]) -> Callable[[], None]:
-    """`poll`, then: a task of a fed array ends only once the feed is closed, so one that left the queue while it
-    is open gave up (its watchdog, a time limit, too many requeues; a requeued task stays queued). Its shard
-    will not finish and no decision waits on the others: the feed is closed, they finish what they took, and
-    the array ends (the pipeline reports the Runs)."""
+def _closing_feed_when_a_task_ends(feed: ShardFeed, array: str, workers: int,
+                                   log: Callable[[str], None]) -> Callable[[set[str]], None]:
+    """What to do with the ids squeue shows: a task of a fed array ends only once the feed is closed, so one that
+    left the queue while it is open gave up (its watchdog, a time limit, too many requeues; a requeued task stays
+    queued). Its shard will not finish and no decision waits on the others: the feed is closed, they finish what
+    they took, and the array ends (the pipeline reports the Runs)."""
     tasks = {f"{array}_{i}" for i in range(workers)}
 
-    def poll_and_check() -> None:
-        poll()
-        if feed.closed:
-            return
-        left = queued([array])
-        if not left or not tasks & left:
-            return  # squeue did not answer, or the array is gone (the watch ends), or not listed task by task
+    def check(left: set[str]) -> None:
+        if feed.closed or not tasks & left:
+            return  # closed already, or the array not listed task by task
         gone = sorted(tasks - left)
         if gone:
             feed.close()
             log(f"slurm: array task {gone[0]} ended while the driver could still release shards: nothing more"
                 " is released")
 
-    return poll_and_check
+    return check

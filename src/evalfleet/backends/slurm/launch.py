@@ -216,14 +216,17 @@ class ServerKeeper:
 class ArrayWatch:
     """A thread that ends when the runner array has left the queue (squeue) and, where there is accounting,
     every task's final state is known (sacct); `states` then holds them (None without accounting). While the
-    array is queued, each poll also calls `while_queued` (the ServerKeeper's poll)."""
+    array is queued, each poll also calls `while_queued` (the ServerKeeper's poll), and `tasks_queued` with the
+    array's task ids squeue still shows (a fed array's check for a task that left early)."""
 
     def __init__(self, array: str, workers: int, poll_s: float = POLL_S,
-                 while_queued: Callable[[], None] | None = None):
+                 while_queued: Callable[[], None] | None = None,
+                 tasks_queued: Callable[[set[str]], None] | None = None):
         self.array = array
         self.workers = workers
         self.poll_s = poll_s
         self.while_queued = while_queued
+        self.tasks_queued = tasks_queued
         self.stop = threading.Event()
         self.states: dict[str, TaskState] | None = None
         self.thread = threading.Thread(target=self._watch, daemon=True, name="slurm-array-watch")
@@ -251,6 +254,8 @@ class ArrayWatch:
             if left:
                 if self.while_queued is not None:
                     self._while_queued()
+                if self.tasks_queued is not None:
+                    self.tasks_queued(left)
                 continue
             if left is None:  # squeue failed: ask the accounting
                 states = sacct([self.array])
