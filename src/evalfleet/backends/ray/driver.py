@@ -46,6 +46,7 @@ class RayRun:
     stop: threading.Event = dataclasses.field(default_factory=threading.Event)
     results: list[WorkerResult] = dataclasses.field(default_factory=list)
     crash: BaseException | None = None
+    _yielding: bool = False  # what the queue was last told: idle workers end (a group waits for room)
 
     def execute(self) -> None:
         try:
@@ -169,7 +170,9 @@ class RayRun:
             if closed and not waiting and key not in busy:
                 serving.stop_server(ray, key)
         crowded = serving.waiting_groups(ray, [r for key in serving.servers for r in serving.server_runs[key]])
-        ray.get(queue.set_yielding.remote(crowded))
+        if crowded != self._yielding:  # told the queue only when it changes, not at every poll
+            ray.get(queue.set_yielding.remote(crowded))
+            self._yielding = crowded
         if crowded:
             for key in list(serving.servers):
                 if key not in busy and not state.get(key, (0, True))[0]:
