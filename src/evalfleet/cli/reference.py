@@ -221,9 +221,9 @@ def record_fields() -> list[dict[str, str]]:
             default = "always there"
         rows.append({"name": f.name, "type": _type_text(hints[f.name]), "default": default,
                      "description": comments.get(f.name, "")})
+    types = {row["name"]: row["type"] for row in rows}
     for alias, name in ARENA_ALIASES.items():
-        rows.append({"name": alias, "type": "int" if name is None else rows[[r["name"] for r in rows].index(name)]
-                     ["type"], "default": "always there",
+        rows.append({"name": alias, "type": types[name] if name else "int", "default": "always there",
                      "description": f"Arena's name for `{name}`" if name else "Arena's episode index within its "
                      "environment: always 0 (one episode per environment slot)"})
     return rows
