@@ -71,6 +71,15 @@ def cache_bytecode(folder: str | os.PathLike[str]) -> dict[str, Any]:
     return {"bytecode_cache": "a folder of the bench's own", "environment_said_dont_write_bytecode": bool(was)}
 
 
+def runner_costs(out: str | os.PathLike[str]) -> dict[str, Any]:
+    """From an output folder's timings.json: runner starts (runners that ran shards: the `start` phase's count) and
+    environment builds (count, and seconds in all)."""
+    totals = json.loads(open(os.path.join(out, "timings.json"), encoding="utf-8").read())["totals"]
+    builds = totals.get("env_build", {})
+    return {"runner_starts": totals.get("start", {}).get("count", 0), "env_builds": builds.get("count", 0),
+            "env_build_s": builds.get("total_ms", 0.0) / 1e3}
+
+
 def spread(values: list[float], digits: int = 3) -> dict[str, Any]:
     """Median, min, max and quartiles of the repeats, and the values themselves."""
     xs = sorted(float(v) for v in values)

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import emit, interleaved, machine, ratios, spread, waited_process
+from _common import emit, interleaved, machine, ratios, runner_costs, spread, waited_process
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "examples" / "quickstart.yaml"
@@ -47,10 +47,7 @@ def run_once(folder: Path, backend: str, episodes: int, workers: int, index: int
     _, seconds, _, proc = waited_process(cmd, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"{backend}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
-    totals = json.loads((out / "timings.json").read_text())["totals"]
-    builds = totals.get("env_build", {})
-    return {"out": out, "seconds": seconds, "runner_starts": totals.get("start", {}).get("count", 0),
-            "env_builds": builds.get("count", 0), "env_build_s": builds.get("total_ms", 0.0) / 1e3}
+    return {"out": out, "seconds": seconds, **runner_costs(out)}
 
 
 def main() -> None:

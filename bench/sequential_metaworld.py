@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import emit, machine, rotated, spread
+from _common import emit, machine, rotated, runner_costs, spread
 
 import evalfleet
 from evalfleet.analysis.stopping import PairRule, RunRule, state
@@ -82,10 +82,7 @@ def run_once(folder: Path, name: str, text: str, workers: int, *, keep_runners: 
         LocalBackend.keeps_runners = True
     if not result.ok:
         raise SystemExit(f"{name}: the run failed; see {out}")
-    totals = json.loads((out / "timings.json").read_text())["totals"]
-    builds = totals.get("env_build", {})
-    return {"out": out, "seconds": seconds, "runner_starts": totals.get("start", {}).get("count", 0),
-            "env_builds": builds.get("count", 0), "env_build_s": builds.get("total_ms", 0.0) / 1e3}
+    return {"out": out, "seconds": seconds, **runner_costs(out)}
 
 
 def records(out: Path, runs: list[str]) -> dict[str, list[int]]:
